@@ -1,0 +1,143 @@
+//! Composable congestion control (Gu & Grossman, "Composable UDT", §3 and Fig. 5): a controller
+//! is a set of event handlers that set the sending period and/or the congestion window.
+//!
+//! The engine calls the handlers; a controller never sees sockets or clocks — the current time
+//! arrives in [`CcContext::now_us`]. Built-in controllers: [`udt::UdtCc`] ("file", UDT's native
+//! rate control, as SRT's FileCC), [`live::LiveCc`] ("live", pacing at a maximum bandwidth).
+//! Users add their own through [`CcRegistry`].
+
+pub mod live;
+pub mod udt;
+
+use crate::seq::SeqNo;
+use std::fmt;
+use std::time::Duration;
+
+/// What a controller may read when an event arrives. Filled by the engine.
+#[derive(Debug, Clone, Copy)]
+pub struct CcContext {
+    /// Microseconds since the connection started (virtual or real time, as the engine was given).
+    pub now_us: u64,
+    /// Smoothed round-trip time.
+    pub rtt: Duration,
+    /// Round-trip time variance.
+    pub rtt_var: Duration,
+    /// Link capacity estimated by the receiver from packet pairs, packets per second (0 if unknown).
+    pub bandwidth_pps: u32,
+    /// Packets per second the receiver reports receiving (0 if unknown).
+    pub recv_rate_pps: u32,
+    /// Bytes per second the receiver reports receiving (0 if unknown).
+    pub recv_rate_bps: u64,
+    /// Maximum segment size (IP packet size) in bytes.
+    pub mss: u32,
+    /// Payload bytes per full data packet.
+    pub payload_size: u32,
+    /// The peer's flow window (receiver buffer space) in packets.
+    pub flow_window: u32,
+    /// Largest sequence number sent so far.
+    pub last_sent_seq: SeqNo,
+    /// The SYN (rate control) interval, 10 ms in SRT.
+    pub syn_interval: Duration,
+    /// Total data packets sent, retransmissions included.
+    pub pkts_sent: u64,
+    /// Total packets reported lost by the receiver.
+    pub pkts_lost: u64,
+    /// Configured maximum bandwidth in bytes per second (0 = none).
+    pub max_bw_bps: u64,
+    /// Application input rate in bytes per second, as measured by the engine (0 if unknown).
+    pub input_rate_bps: u64,
+}
+
+/// What a controller sets. The engine reads it after every handler returns.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CcControl {
+    /// Inter-packet sending period in microseconds (0 = unpaced).
+    pub send_period_us: f64,
+    /// Congestion window in packets (packets in flight allowed).
+    pub cwnd_pkts: f64,
+    /// Ask the receiver to acknowledge every N packets (None = protocol default, light ACK / 64).
+    pub ack_interval_pkts: Option<u32>,
+    /// Override the retransmission timeout (None = the engine's RTT-based EXP timer).
+    pub rto: Option<Duration>,
+}
+
+impl Default for CcControl {
+    fn default() -> Self {
+        CcControl { send_period_us: 1.0, cwnd_pkts: 16.0, ack_interval_pkts: None, rto: None }
+    }
+}
+
+/// A congestion controller: UDT's event handlers. Every handler has a default that does nothing.
+pub trait CongestionControl: fmt::Debug + Send {
+    /// Short name, as selected with `--cc`.
+    fn name(&self) -> &str;
+    /// Called once when the connection is established.
+    fn init(&mut self, ctx: &CcContext, ctl: &mut CcControl) {
+        let _ = (ctx, ctl);
+    }
+    /// A full ACK acknowledged everything before `ack_seq`; `newly_acked` packets were freed.
+    fn on_ack(&mut self, ctx: &CcContext, ctl: &mut CcControl, ack_seq: SeqNo, newly_acked: u32) {
+        let _ = (ctx, ctl, ack_seq, newly_acked);
+    }
+    /// The receiver reported these inclusive ranges lost.
+    fn on_loss(&mut self, ctx: &CcContext, ctl: &mut CcControl, losses: &[(SeqNo, SeqNo)]) {
+        let _ = (ctx, ctl, losses);
+    }
+    /// The retransmission (EXP) timer fired with data outstanding.
+    fn on_timeout(&mut self, ctx: &CcContext, ctl: &mut CcControl) {
+        let _ = (ctx, ctl);
+    }
+    /// A data packet was sent (`retransmit` for retransmissions).
+    fn on_packet_sent(&mut self, ctx: &CcContext, ctl: &mut CcControl, seq: SeqNo, bytes: usize, retransmit: bool) {
+        let _ = (ctx, ctl, seq, bytes, retransmit);
+    }
+    /// A data packet arrived (receiver side).
+    fn on_packet_received(&mut self, ctx: &CcContext, ctl: &mut CcControl, seq: SeqNo, bytes: usize) {
+        let _ = (ctx, ctl, seq, bytes);
+    }
+    /// A user-defined control packet arrived from the peer.
+    fn on_custom_message(&mut self, ctx: &CcContext, ctl: &mut CcControl, subtype: u16, body: &[u8]) {
+        let _ = (ctx, ctl, subtype, body);
+    }
+}
+
+/// Builds a controller for a new connection.
+pub type CcFactory = fn() -> Box<dyn CongestionControl>;
+
+/// Named controller factories: the built-ins plus whatever the application registers.
+#[derive(Clone)]
+pub struct CcRegistry {
+    entries: Vec<(String, CcFactory)>,
+}
+
+impl fmt::Debug for CcRegistry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.entries.iter().map(|e| &e.0)).finish()
+    }
+}
+
+impl Default for CcRegistry {
+    fn default() -> Self {
+        let mut r = CcRegistry { entries: Vec::new() };
+        r.register("file", || Box::new(udt::UdtCc::default()));
+        r.register("udt", || Box::new(udt::UdtCc::default()));
+        r.register("live", || Box::new(live::LiveCc::default()));
+        r
+    }
+}
+
+impl CcRegistry {
+    /// Adds or replaces a named controller.
+    pub fn register(&mut self, name: &str, factory: CcFactory) {
+        self.entries.retain(|e| e.0 != name);
+        self.entries.push((name.to_string(), factory));
+    }
+    /// Builds the controller called `name`.
+    pub fn build(&self, name: &str) -> Option<Box<dyn CongestionControl>> {
+        self.entries.iter().find(|e| e.0 == name).map(|e| (e.1)())
+    }
+    /// Registered names.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.entries.iter().map(|e| e.0.as_str())
+    }
+}

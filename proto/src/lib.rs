@@ -1,0 +1,18 @@
+//! slipstream-proto: the sans-IO core of slipstream.
+//!
+//! Everything here is driven by the caller: it never reads a clock, touches a socket or spawns a
+//! thread. Time arrives as an argument, datagrams go in and come out as byte slices. That makes
+//! every behaviour testable deterministically in virtual time over [`sim`], a simulated lossy
+//! network.
+//!
+//! - [`wire`]: the SRT packet formats, checked parsing and emission.
+//! - [`seq`]: 31-bit sequence and 26-bit message numbers with wrap-around.
+//! - [`loss`]: loss lists kept as ranges.
+//! - [`cc`]: composable congestion control (UDT's event handlers).
+//! - [`sim`]: a simulated path with loss, delay, jitter, reordering, duplication and a rate limit.
+
+pub mod cc;
+pub mod loss;
+pub mod seq;
+pub mod sim;
+pub mod wire;

@@ -1,0 +1,1 @@
+//! slipstream: a user-space transport stack over UDP that speaks SRT.
