@@ -41,7 +41,7 @@ impl SeqNo {
     pub const fn diff(self, other: SeqNo) -> i32 {
         let d = self.0.wrapping_sub(other.0) & Self::MAX;
         if d >= Self::HALF {
-            (d as i32).wrapping_sub(Self::MAX as i32 + 1)
+            (d as i32).wrapping_sub(Self::MAX as i32).wrapping_sub(1)
         } else {
             d as i32
         }
