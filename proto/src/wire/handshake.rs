@@ -38,34 +38,38 @@ pub struct RejectReason(pub u32);
 impl RejectReason {
     /// Unknown reason.
     pub const UNKNOWN: RejectReason = RejectReason(1000);
+    /// System function error.
+    pub const SYSTEM: RejectReason = RejectReason(1001);
+    /// Rejected by the peer.
+    pub const PEER: RejectReason = RejectReason(1002);
     /// System resource failure.
-    pub const RESOURCE: RejectReason = RejectReason(1002);
+    pub const RESOURCE: RejectReason = RejectReason(1003);
     /// Rogue peer or incorrect parameters.
-    pub const ROGUE: RejectReason = RejectReason(1003);
+    pub const ROGUE: RejectReason = RejectReason(1004);
     /// Listener's backlog exceeded.
-    pub const BACKLOG: RejectReason = RejectReason(1004);
+    pub const BACKLOG: RejectReason = RejectReason(1005);
     /// Internal program error.
-    pub const IPE: RejectReason = RejectReason(1005);
+    pub const IPE: RejectReason = RejectReason(1006);
     /// Socket is closing.
-    pub const CLOSE: RejectReason = RejectReason(1006);
+    pub const CLOSE: RejectReason = RejectReason(1007);
     /// Peer is older than the minimum version.
-    pub const VERSION: RejectReason = RejectReason(1007);
+    pub const VERSION: RejectReason = RejectReason(1008);
     /// Rendezvous cookie collision.
-    pub const RDV_COOKIE: RejectReason = RejectReason(1008);
+    pub const RDV_COOKIE: RejectReason = RejectReason(1009);
     /// Wrong password.
-    pub const BAD_SECRET: RejectReason = RejectReason(1009);
+    pub const BAD_SECRET: RejectReason = RejectReason(1010);
     /// Password required or unexpected.
-    pub const UNSECURE: RejectReason = RejectReason(1010);
+    pub const UNSECURE: RejectReason = RejectReason(1011);
     /// Stream flag collision (message API mismatch).
-    pub const MESSAGE_API: RejectReason = RejectReason(1011);
+    pub const MESSAGE_API: RejectReason = RejectReason(1012);
     /// Incompatible congestion controller.
-    pub const CONGESTION: RejectReason = RejectReason(1012);
+    pub const CONGESTION: RejectReason = RejectReason(1013);
     /// Incompatible packet filter.
-    pub const FILTER: RejectReason = RejectReason(1013);
+    pub const FILTER: RejectReason = RejectReason(1014);
     /// Incompatible group.
-    pub const GROUP: RejectReason = RejectReason(1014);
+    pub const GROUP: RejectReason = RejectReason(1015);
     /// Connection timeout.
-    pub const TIMEOUT: RejectReason = RejectReason(1015);
+    pub const TIMEOUT: RejectReason = RejectReason(1016);
 }
 
 /// SRT flags carried in HSREQ/HSRSP.

@@ -1,0 +1,147 @@
+//! Per-connection configuration: transfer mode, latency, buffers, timeouts.
+
+use std::time::Duration;
+
+/// How the connection carries data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// A reliable byte stream (SRT file mode with the stream API, as `srt-file-transmit`).
+    File,
+    /// Reliable whole messages of any size, delivered in order (SRT file mode, message API).
+    Message,
+    /// Live: messages paced at a maximum bandwidth, delivered at their play time
+    /// (TSBPD) and dropped when too late (SRT live mode).
+    Live,
+}
+
+/// Configuration of one connection. Private fields, chainable setters; every default is chosen
+/// so that reaching the link rate needs no tuning.
+#[derive(Debug, Clone)]
+pub struct ConnConfig {
+    pub(crate) mode: Mode,
+    pub(crate) mss: u32,
+    pub(crate) latency: Duration,
+    pub(crate) stream_id: Option<Vec<u8>>,
+    pub(crate) cc: String,
+    pub(crate) max_bw_bps: u64,
+    pub(crate) buffer_cap_bytes: usize,
+    pub(crate) initial_window_pkts: u32,
+    pub(crate) peer_idle_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) linger: Duration,
+    pub(crate) file_digest: bool,
+}
+
+impl Default for ConnConfig {
+    fn default() -> Self {
+        ConnConfig {
+            mode: Mode::File,
+            // Ethernet MTU, as libsrt's SRTO_MSS default.
+            mss: 1500,
+            // libsrt's default SRTO_LATENCY (120 ms) for live mode.
+            latency: Duration::from_millis(120),
+            stream_id: None,
+            cc: String::new(),
+            max_bw_bps: 0,
+            // Upper bound per direction; the buffers start small and grow to 2x the measured
+            // bandwidth-delay product, never past this. 256 MiB covers 10 Gbit/s at 100 ms RTT.
+            buffer_cap_bytes: 256 << 20,
+            // 8192 packets (~12 MB): enough for 1 Gbit/s at 100 ms before any growth.
+            initial_window_pkts: 8192,
+            // libsrt's SRTO_PEERIDLETIMEO default.
+            peer_idle_timeout: Duration::from_secs(5),
+            // libsrt's SRTO_CONNTIMEO default.
+            connect_timeout: Duration::from_secs(3),
+            // How long close() waits for unacknowledged data (libsrt's SRTO_LINGER is 180 s in
+            // file mode; a transfer that cannot finish in a minute of silence is dead).
+            linger: Duration::from_secs(60),
+            file_digest: false,
+        }
+    }
+}
+
+impl ConnConfig {
+    /// A configuration for `mode` with its defaults.
+    pub fn new(mode: Mode) -> Self {
+        ConnConfig { mode, ..Default::default() }
+    }
+    /// The transfer mode.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+    /// Maximum segment size (IP packet size), bytes. Default 1500; the smaller of both ends wins.
+    pub fn set_mss(&mut self, mss: u32) -> &mut Self {
+        self.mss = mss.clamp(76, 65_535);
+        self
+    }
+    /// TSBPD latency for live mode. Default 120 ms; the larger of both ends wins.
+    pub fn set_latency(&mut self, latency: Duration) -> &mut Self {
+        self.latency = latency;
+        self
+    }
+    /// Stream id sent by a caller (at most 512 bytes). Default none.
+    pub fn set_stream_id(&mut self, sid: Option<Vec<u8>>) -> &mut Self {
+        self.stream_id = sid.map(|mut s| {
+            s.truncate(512);
+            s
+        });
+        self
+    }
+    /// The stream id.
+    pub fn stream_id(&self) -> Option<&[u8]> {
+        self.stream_id.as_deref()
+    }
+    /// Congestion controller name from the endpoint's registry. Default: "file" for file and
+    /// message mode, "live" for live mode.
+    pub fn set_cc(&mut self, name: &str) -> &mut Self {
+        self.cc = name.to_string();
+        self
+    }
+    /// The congestion controller name in effect.
+    pub fn cc(&self) -> &str {
+        if !self.cc.is_empty() {
+            &self.cc
+        } else if self.mode == Mode::Live {
+            "live"
+        } else {
+            "file"
+        }
+    }
+    /// Maximum sending bandwidth in bytes per second (0 = no cap; live mode then uses
+    /// 1.25 x the input rate or 1 Gbit/s).
+    pub fn set_max_bw(&mut self, bytes_per_s: u64) -> &mut Self {
+        self.max_bw_bps = bytes_per_s;
+        self
+    }
+    /// Memory cap of each of the send and receive buffers, bytes. Default 256 MiB.
+    pub fn set_buffer_cap(&mut self, bytes: usize) -> &mut Self {
+        self.buffer_cap_bytes = bytes.max(64 << 10);
+        self
+    }
+    /// Initial receive window in packets before it sizes itself. Default 8192.
+    pub fn set_initial_window(&mut self, pkts: u32) -> &mut Self {
+        self.initial_window_pkts = pkts.clamp(32, 1 << 24);
+        self
+    }
+    /// Silence after which the peer is declared dead. Default 5 s.
+    pub fn set_peer_idle_timeout(&mut self, t: Duration) -> &mut Self {
+        self.peer_idle_timeout = t;
+        self
+    }
+    /// How long a caller tries to connect. Default 3 s.
+    pub fn set_connect_timeout(&mut self, t: Duration) -> &mut Self {
+        self.connect_timeout = t;
+        self
+    }
+    /// How long close() waits for unacknowledged data before giving up. Default 60 s.
+    pub fn set_linger(&mut self, t: Duration) -> &mut Self {
+        self.linger = t;
+        self
+    }
+    /// Offer (caller) or accept (listener) the end-to-end file digest trailer with slipstream
+    /// peers. Default off; the file transfer API turns it on.
+    pub fn set_file_digest(&mut self, on: bool) -> &mut Self {
+        self.file_digest = on;
+        self
+    }
+}

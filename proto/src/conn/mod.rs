@@ -1,0 +1,816 @@
+//! One SRT connection, sans-IO: the sender and receiver halves, timers, handshake (caller side)
+//! and the application-facing operations.
+//!
+//! # Calling protocol
+//!
+//! A `Connection` lives inside an [`Endpoint`](crate::endpoint::Endpoint), which owns the
+//! socket-id demultiplexing and the listener. The endpoint feeds it and drains it; the
+//! application only calls the *application operations*.
+//!
+//! - Input (endpoint): `handle_packet(now, packet)` for every datagram addressed to it;
+//!   `handle_timeout(now)` when `poll_timeout()` has passed.
+//! - Output (endpoint): `poll_transmit(now, buf)` until `None` after any input or timeout;
+//!   `poll_timeout()` for the next deadline; `poll_event()` for state changes.
+//! - Application operations: `send` / `send_message`, `recv` / `recv_message`, `close`,
+//!   `abort`; getters `stats`, `state`, `is_readable`, `is_writable`, `peer_stream_id`, …
+//!   After an application operation, the endpoint's owner must call `poll_transmit` again.
+//!
+//! Time is always an argument (`now: Instant`); the connection never reads a clock. All
+//! internal times are microseconds since the connection was created.
+
+mod config;
+mod event;
+mod handshake;
+mod receiver;
+mod recv_buf;
+mod send_buf;
+mod sender;
+mod stats;
+
+pub use config::{ConnConfig, Mode};
+pub use event::{CloseReason, Event};
+pub use stats::ConnStats;
+
+use crate::cc::{CcContext, CcControl, CongestionControl};
+use crate::loss::LossList;
+use crate::rate::RateEstimator;
+use crate::seq::SeqNo;
+use crate::wire::{Control, ControlBody, Handshake, Packet, HEADER_LEN, UDP_IPV4_OVERHEAD};
+use recv_buf::RecvBuffer;
+use send_buf::SendBuffer;
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// SRT's SYN interval: full ACKs and rate-control decisions every 10 ms.
+pub const SYN_INTERVAL_US: u64 = 10_000;
+/// Light ACK after this many packets.
+const LIGHT_ACK_PKTS: u32 = 64;
+/// Keep-alive after this much silence from our side.
+const KEEPALIVE_US: u64 = 1_000_000;
+/// Handshake retransmission interval.
+const HS_RETRY_US: u64 = 250_000;
+/// Minimum retransmission timeout (UDT/SRT `m_uMinExpInterval`).
+const MIN_EXP_US: u64 = 300_000;
+
+/// Where the connection is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Caller: handshake in progress.
+    Connecting,
+    /// Data can flow.
+    Connected,
+    /// close() was called; unacknowledged data is still being delivered.
+    Closing,
+    /// Ended; buffered received data can still be read.
+    Closed(CloseReason),
+}
+
+/// Which side of the handshake we were.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// We connected.
+    Caller,
+    /// We accepted.
+    Listener,
+}
+
+/// Why `send` / `send_message` failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SendError {
+    /// The send buffer is full; wait until `is_writable()`.
+    WouldBlock,
+    /// The message is larger than the send buffer can ever hold.
+    TooLarge,
+    /// Wrong call for this mode (stream `send` on a message connection, or the reverse).
+    WrongMode,
+    /// Not connected yet.
+    NotConnected,
+    /// The connection is closing or closed.
+    Closed(Option<CloseReason>),
+}
+
+/// Why `recv` / `recv_message` failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RecvError {
+    /// Nothing to read yet.
+    WouldBlock,
+    /// The next message is larger than the buffer given; it needs this many bytes.
+    BufferTooSmall(usize),
+    /// Wrong call for this mode.
+    WrongMode,
+    /// The connection ended abnormally and no buffered data is left.
+    Closed(CloseReason),
+}
+
+/// Control packets waiting to be sent. Bounded: each kind is a flag or a small fixed array.
+#[derive(Debug, Default)]
+struct Pending {
+    handshake: bool,
+    full_ack: bool,
+    light_ack: bool,
+    ackacks: [u32; 8],
+    ackack_len: usize,
+    nak: [(SeqNo, SeqNo); 8],
+    nak_len: usize,
+    periodic_nak: bool,
+    keepalive: bool,
+    shutdown: u8,
+    dropreq: Option<(u32, SeqNo, SeqNo)>,
+}
+
+/// One SRT connection. See the module docs for the calling protocol.
+#[derive(Debug)]
+pub struct Connection {
+    // Identity.
+    local_id: u32,
+    peer_id: u32,
+    peer_addr: SocketAddr,
+    role: Role,
+    cfg: ConnConfig,
+    state: State,
+    start: Instant,
+    events: VecDeque<Event>,
+
+    // Negotiated.
+    mss: u32,
+    payload_size: usize,
+    latency_us: u64,
+    peer_stream_id: Option<Vec<u8>>,
+    digest_agreed: bool,
+    hs: handshake::HsState,
+
+    // Sender.
+    isn: SeqNo,
+    sbuf: SendBuffer,
+    snd_loss: LossList,
+    cc: Box<dyn CongestionControl>,
+    ctl: CcControl,
+    next_send_us: u64,
+    peer_window: u32,
+    peer_recv_rate_pps: u32,
+    peer_recv_rate_bps: u64,
+    peer_bandwidth_pps: u32,
+    last_cc_ack_us: u64,
+    losses_scratch: Vec<(SeqNo, SeqNo)>,
+    input_rate: InputRate,
+
+    // Receiver.
+    rbuf: RecvBuffer,
+    rcv_loss: LossList,
+    rcv_ack: SeqNo,
+    rcv_max: SeqNo,
+    drop_upto: SeqNo,
+    last_acked_seq: SeqNo,
+    last_full_ack_us: u64,
+    ack_no: u32,
+    ack_hist: [(u32, u64); 64],
+    pkts_since_ack: u32,
+    rate: RateEstimator,
+    tsbpd_offset_us: i64,
+    last_ts_unwrapped: u64,
+
+    // Round-trip time (both halves use one estimate).
+    srtt_us: u64,
+    rttvar_us: u64,
+    rtt_sampled: bool,
+
+    // Timers, µs since start.
+    next_ack_tick: u64,
+    next_nak_tick: u64,
+    last_rsp_us: u64,
+    last_send_us: u64,
+    exp_count: u32,
+    linger_deadline: Option<u64>,
+    peer_shutdown: bool,
+
+    pending: Pending,
+    stats: ConnStats,
+}
+
+/// Application input rate, measured over 500 ms windows (feeds the live controller).
+#[derive(Debug, Default, Clone, Copy)]
+struct InputRate {
+    window_start_us: u64,
+    bytes: u64,
+    rate_bps: u64,
+}
+
+impl InputRate {
+    fn add(&mut self, now_us: u64, bytes: usize) {
+        self.bytes += bytes as u64;
+        let span = now_us.saturating_sub(self.window_start_us);
+        if span >= 500_000 {
+            self.rate_bps = self.bytes * 1_000_000 / span;
+            self.window_start_us = now_us;
+            self.bytes = 0;
+        }
+    }
+}
+
+/// Negotiated parameters for a connection the listener accepts.
+#[derive(Debug, Clone)]
+pub(crate) struct Accepted {
+    pub peer_id: u32,
+    pub isn: SeqNo,
+    pub mss: u32,
+    pub peer_window: u32,
+    pub latency_us: u64,
+    pub peer_stream_id: Option<Vec<u8>>,
+    pub digest_agreed: bool,
+    pub peer_ts: u32,
+    pub response: Handshake,
+}
+
+impl Connection {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        now: Instant,
+        local_id: u32,
+        peer_addr: SocketAddr,
+        role: Role,
+        cfg: ConnConfig,
+        cc: Box<dyn CongestionControl>,
+        isn: SeqNo,
+        hs: handshake::HsState,
+    ) -> Self {
+        let mss = cfg.mss;
+        let payload_size = payload_size(mss, peer_addr);
+        let max_pkts = (cfg.buffer_cap_bytes / payload_size).max(64);
+        let init = (cfg.initial_window_pkts as usize).min(max_pkts);
+        Connection {
+            local_id,
+            peer_id: 0,
+            peer_addr,
+            role,
+            state: State::Connecting,
+            start: now,
+            events: VecDeque::with_capacity(4),
+            mss,
+            payload_size,
+            latency_us: cfg.latency.as_micros() as u64,
+            peer_stream_id: None,
+            digest_agreed: false,
+            hs,
+            isn,
+            // Buffers are sized for the configured MSS and re-created if negotiation lowers it.
+            sbuf: SendBuffer::new(payload_size, init, max_pkts, isn),
+            snd_loss: LossList::new(),
+            cc,
+            ctl: CcControl::default(),
+            next_send_us: 0,
+            peer_window: 8192,
+            peer_recv_rate_pps: 0,
+            peer_recv_rate_bps: 0,
+            peer_bandwidth_pps: 0,
+            last_cc_ack_us: 0,
+            losses_scratch: Vec::with_capacity(64),
+            input_rate: InputRate::default(),
+            rbuf: RecvBuffer::new(payload_size, init, max_pkts, isn),
+            rcv_loss: LossList::new(),
+            rcv_ack: isn,
+            rcv_max: isn,
+            drop_upto: isn,
+            last_acked_seq: isn,
+            last_full_ack_us: 0,
+            ack_no: 0,
+            ack_hist: [(0, 0); 64],
+            pkts_since_ack: 0,
+            rate: RateEstimator::new(),
+            tsbpd_offset_us: 0,
+            last_ts_unwrapped: 0,
+            // libsrt's initial estimates before the first sample.
+            srtt_us: 100_000,
+            rttvar_us: 50_000,
+            rtt_sampled: false,
+            next_ack_tick: SYN_INTERVAL_US,
+            next_nak_tick: 0,
+            last_rsp_us: 0,
+            last_send_us: 0,
+            exp_count: 1,
+            linger_deadline: None,
+            peer_shutdown: false,
+            pending: Pending::default(),
+            stats: ConnStats::default(),
+            cfg,
+        }
+    }
+
+    /// Microseconds since creation.
+    fn us(&self, now: Instant) -> u64 {
+        now.saturating_duration_since(self.start).as_micros() as u64
+    }
+    fn at(&self, us: u64) -> Instant {
+        self.start + Duration::from_micros(us)
+    }
+
+    /// Re-creates the (still empty) buffers for the negotiated MSS and initial sequence numbers.
+    fn reset_buffers(&mut self, snd_isn: SeqNo, rcv_isn: SeqNo) {
+        self.payload_size = payload_size(self.mss, self.peer_addr);
+        let max_pkts = (self.cfg.buffer_cap_bytes / self.payload_size).max(64);
+        let init = (self.cfg.initial_window_pkts as usize).min(max_pkts);
+        self.isn = snd_isn;
+        self.sbuf = SendBuffer::new(self.payload_size, init, max_pkts, snd_isn);
+        self.rbuf = RecvBuffer::new(self.payload_size, init, max_pkts, rcv_isn);
+        self.rcv_ack = rcv_isn;
+        self.rcv_max = rcv_isn;
+        self.drop_upto = rcv_isn;
+        self.last_acked_seq = rcv_isn;
+    }
+
+    /// Moves to Connected and starts the controller.
+    fn establish(&mut self, now_us: u64, ev: Event) {
+        self.state = State::Connected;
+        self.last_rsp_us = now_us;
+        self.next_ack_tick = now_us + SYN_INTERVAL_US;
+        self.next_send_us = now_us;
+        self.input_rate.window_start_us = now_us;
+        let ctx = self.cc_ctx(now_us);
+        self.cc.init(&ctx, &mut self.ctl);
+        self.events.push_back(ev);
+    }
+
+    fn cc_ctx(&self, now_us: u64) -> CcContext {
+        CcContext {
+            now_us,
+            rtt: Duration::from_micros(self.srtt_us),
+            rtt_var: Duration::from_micros(self.rttvar_us),
+            bandwidth_pps: self.peer_bandwidth_pps,
+            recv_rate_pps: self.peer_recv_rate_pps,
+            recv_rate_bps: self.peer_recv_rate_bps,
+            mss: self.mss,
+            payload_size: self.payload_size as u32,
+            flow_window: self.peer_window,
+            last_sent_seq: self.sbuf.next_unsent().sub(1),
+            syn_interval: Duration::from_micros(SYN_INTERVAL_US),
+            pkts_sent: self.stats.pkts_sent,
+            pkts_lost: self.stats.pkts_snd_loss,
+            max_bw_bps: self.cfg.max_bw_bps,
+            input_rate_bps: self.input_rate.rate_bps,
+        }
+    }
+
+    fn close_with(&mut self, reason: CloseReason) {
+        if matches!(self.state, State::Closed(_)) {
+            return;
+        }
+        self.state = State::Closed(reason);
+        self.linger_deadline = None;
+        self.events.push_back(Event::Closed(reason));
+    }
+
+    // ---- endpoint-facing ----
+
+    /// Our SRT socket id.
+    pub fn local_id(&self) -> u32 {
+        self.local_id
+    }
+    /// The peer's SRT socket id (0 until the handshake completes).
+    pub fn peer_id(&self) -> u32 {
+        self.peer_id
+    }
+    /// The peer's UDP address.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.peer_addr
+    }
+    /// Caller or listener.
+    pub fn role(&self) -> Role {
+        self.role
+    }
+    /// Current state.
+    pub fn state(&self) -> State {
+        self.state
+    }
+    /// The configuration this connection runs with.
+    pub fn config(&self) -> &ConnConfig {
+        &self.cfg
+    }
+    /// The stream id the caller sent (on a listener), or the one we sent (on a caller).
+    pub fn stream_id(&self) -> Option<&[u8]> {
+        match self.role {
+            Role::Listener => self.peer_stream_id.as_deref(),
+            Role::Caller => self.cfg.stream_id.as_deref(),
+        }
+    }
+    /// Both ends are slipstream and agreed on the end-to-end file digest trailer.
+    pub fn digest_agreed(&self) -> bool {
+        self.digest_agreed
+    }
+    /// Negotiated TSBPD latency.
+    pub fn latency(&self) -> Duration {
+        Duration::from_micros(self.latency_us)
+    }
+    /// Payload bytes per full data packet.
+    pub fn payload_size(&self) -> usize {
+        self.payload_size
+    }
+
+    /// Next time `handle_timeout` must be called.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let us = match self.state {
+            State::Closed(_) => return None,
+            State::Connecting => self.hs.next_retry_us.min(self.hs.deadline_us),
+            State::Connected | State::Closing => {
+                let mut t = self.next_ack_tick.min(self.exp_deadline_us());
+                t = t.min(self.last_send_us + KEEPALIVE_US);
+                if !self.rcv_loss.is_empty() {
+                    t = t.min(self.next_nak_tick);
+                }
+                if let Some(d) = self.linger_deadline {
+                    t = t.min(d);
+                }
+                if self.cfg.mode == Mode::Live {
+                    if let Some(d) = self.live_next_event_us() {
+                        t = t.min(d);
+                    }
+                }
+                if self.has_data_to_send() {
+                    t = t.min(self.next_send_us);
+                }
+                t
+            }
+        };
+        Some(self.at(us))
+    }
+
+    /// Processes expired timers.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let now_us = self.us(now);
+        match self.state {
+            State::Closed(_) => {}
+            State::Connecting => self.hs_timeout(now_us),
+            State::Connected | State::Closing => {
+                if now_us >= self.next_ack_tick {
+                    self.on_ack_tick(now_us);
+                }
+                if !self.rcv_loss.is_empty() && now_us >= self.next_nak_tick {
+                    self.pending.periodic_nak = true;
+                    self.next_nak_tick = now_us + self.nak_interval_us();
+                }
+                if now_us >= self.exp_deadline_us() {
+                    self.on_exp(now_us);
+                }
+                if now_us >= self.last_send_us + KEEPALIVE_US {
+                    self.pending.keepalive = true;
+                }
+                if self.cfg.mode == Mode::Live {
+                    self.live_timers(now_us);
+                }
+                if let Some(d) = self.linger_deadline {
+                    if now_us >= d {
+                        self.pending.shutdown = 2;
+                        self.close_with(CloseReason::LingerTimeout);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Processes one datagram addressed to this connection.
+    pub fn handle_packet(&mut self, now: Instant, pkt: &Packet<'_>) {
+        let now_us = self.us(now);
+        if let State::Closed(_) = self.state {
+            return;
+        }
+        self.last_rsp_us = now_us;
+        self.exp_count = 1;
+        match pkt {
+            Packet::Data(h, payload) => {
+                if matches!(self.state, State::Connected | State::Closing) {
+                    self.on_data(now_us, h, payload);
+                }
+            }
+            Packet::Control(c) => self.on_control(now_us, c),
+        }
+    }
+
+    fn on_control(&mut self, now_us: u64, c: &Control<'_>) {
+        if let ControlBody::Handshake(hs) = &c.body {
+            self.on_handshake(now_us, c.timestamp, hs);
+            return;
+        }
+        if !matches!(self.state, State::Connected | State::Closing) {
+            self.stats.ctrl_ignored += 1;
+            return;
+        }
+        match &c.body {
+            ControlBody::Ack(a) => self.on_ack(now_us, a),
+            ControlBody::Nak(r) => self.on_nak(now_us, r),
+            ControlBody::AckAck { ack_no } => self.on_ackack(now_us, *ack_no),
+            ControlBody::KeepAlive => {}
+            ControlBody::Shutdown => {
+                self.peer_shutdown = true;
+                let reason = if self.sbuf.len() > 0 { CloseReason::PeerShutdown } else { CloseReason::PeerShutdown };
+                self.close_with(reason);
+            }
+            ControlBody::DropReq { first, last, .. } => self.on_dropreq(now_us, *first, *last),
+            ControlBody::User { subtype, body, .. } => {
+                let ctx = self.cc_ctx(now_us);
+                self.cc.on_custom_message(&ctx, &mut self.ctl, *subtype, body);
+            }
+            _ => self.stats.ctrl_ignored += 1,
+        }
+    }
+
+    /// Drains one event.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Writes the next datagram to send into `buf` (at least the MSS long). Returns its length.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        let now_us = self.us(now);
+        let n = self.poll_control(now_us, buf).or_else(|| self.poll_data(now_us, buf))?;
+        self.last_send_us = now_us;
+        Some(n)
+    }
+
+    // ---- application operations ----
+
+    /// Stream mode: queues bytes; returns how many were taken (0 when the buffer is full).
+    pub fn send(&mut self, now: Instant, data: &[u8]) -> Result<usize, SendError> {
+        self.check_send(Mode::File)?;
+        let now_us = self.us(now);
+        let n = self.sbuf.push_stream(data, now_us);
+        if n == 0 && !data.is_empty() {
+            return Err(SendError::WouldBlock);
+        }
+        self.input_rate.add(now_us, n);
+        Ok(n)
+    }
+
+    /// Message or live mode: queues one whole message.
+    pub fn send_message(&mut self, now: Instant, msg: &[u8]) -> Result<(), SendError> {
+        if self.cfg.mode == Mode::File {
+            return Err(SendError::WrongMode);
+        }
+        self.check_send(self.cfg.mode)?;
+        let now_us = self.us(now);
+        match self.sbuf.push_message(msg, now_us) {
+            Ok(()) => {
+                self.input_rate.add(now_us, msg.len());
+                Ok(())
+            }
+            Err(send_buf::PushError::Full) => {
+                // A full buffer in live mode means the link cannot keep up: like libsrt, the
+                // oldest data gives way (too-late drop) rather than blocking a live source.
+                if self.cfg.mode == Mode::Live {
+                    while self.sbuf.free_slots() < msg.len().div_ceil(self.payload_size) {
+                        if !self.sender_drop_oldest() {
+                            break;
+                        }
+                    }
+                    if self.sbuf.push_message(msg, now_us).is_ok() {
+                        return Ok(());
+                    }
+                }
+                Err(SendError::WouldBlock)
+            }
+            Err(send_buf::PushError::TooLarge) => Err(SendError::TooLarge),
+        }
+    }
+
+    fn check_send(&self, mode: Mode) -> Result<(), SendError> {
+        if (mode == Mode::File) != (self.cfg.mode == Mode::File) {
+            return Err(SendError::WrongMode);
+        }
+        match self.state {
+            State::Connecting => Err(SendError::NotConnected),
+            State::Connected => Ok(()),
+            State::Closing => Err(SendError::Closed(None)),
+            State::Closed(r) => Err(SendError::Closed(Some(r))),
+        }
+    }
+
+    /// True when `send`/`send_message` can take data now.
+    pub fn is_writable(&self) -> bool {
+        self.state == State::Connected && self.sbuf.free_slots() > 0
+    }
+
+    /// Free space in the send buffer, bytes.
+    pub fn send_buffer_free(&self) -> usize {
+        self.sbuf.free_slots() * self.payload_size
+    }
+
+    /// Bytes queued but not yet acknowledged.
+    pub fn send_buffer_len(&self) -> u64 {
+        self.sbuf.bytes()
+    }
+
+    /// Stream mode: reads bytes. `Ok(0)` is the end of the stream: the peer closed cleanly and
+    /// everything was read.
+    pub fn recv(&mut self, buf: &mut [u8]) -> Result<usize, RecvError> {
+        if self.cfg.mode != Mode::File {
+            return Err(RecvError::WrongMode);
+        }
+        let n = self.rbuf.read_stream(self.rcv_ack, buf);
+        if n > 0 {
+            self.stats.bytes_delivered += n as u64;
+            return Ok(n);
+        }
+        self.recv_end()
+    }
+
+    fn recv_end<T: Default>(&self) -> Result<T, RecvError> {
+        match self.state {
+            State::Closed(CloseReason::PeerShutdown) | State::Closed(CloseReason::Local) => {
+                Ok(T::default())
+            }
+            State::Closed(r) => Err(RecvError::Closed(r)),
+            _ => Err(RecvError::WouldBlock),
+        }
+    }
+
+    /// Message or live mode: reads one whole message into `buf`. `Ok(0)` means the peer closed
+    /// cleanly and nothing is left (empty messages are not delivered).
+    pub fn recv_message(&mut self, now: Instant, buf: &mut [u8]) -> Result<usize, RecvError> {
+        if self.cfg.mode == Mode::File {
+            return Err(RecvError::WrongMode);
+        }
+        let now_us = self.us(now);
+        match self.read_message(now_us, buf) {
+            recv_buf::MsgRead::Done(n) => {
+                self.stats.bytes_delivered += n as u64;
+                Ok(n)
+            }
+            recv_buf::MsgRead::TooSmall(n) => Err(RecvError::BufferTooSmall(n)),
+            recv_buf::MsgRead::None => self.recv_end(),
+        }
+    }
+
+    /// True when a `recv` would return data or the end of the stream.
+    pub fn is_readable(&self, now: Instant) -> bool {
+        if matches!(self.state, State::Closed(_)) {
+            return true;
+        }
+        match self.cfg.mode {
+            Mode::File => self.rbuf.read_seq().lt(self.rcv_ack) && self.rbuf.head().is_some(),
+            Mode::Message => self.rbuf.head_message(self.rcv_ack).is_some(),
+            Mode::Live => self.live_deliverable(self.us(now)),
+        }
+    }
+
+    /// Graceful close: unacknowledged data is still delivered (up to the linger time), then a
+    /// shutdown is sent and the state becomes `Closed(Local)`.
+    pub fn close(&mut self, now: Instant) {
+        let now_us = self.us(now);
+        match self.state {
+            State::Connecting => self.close_with(CloseReason::Aborted),
+            State::Connected => {
+                if self.sbuf.len() == 0 || self.cfg.mode == Mode::Live {
+                    self.pending.shutdown = 2;
+                    self.close_with(CloseReason::Local);
+                } else {
+                    self.state = State::Closing;
+                    self.linger_deadline = Some(now_us + self.cfg.linger.as_micros() as u64);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Immediate close: sends a shutdown and discards buffered data.
+    pub fn abort(&mut self) {
+        if matches!(self.state, State::Connected | State::Closing) {
+            self.pending.shutdown = 2;
+        }
+        self.close_with(CloseReason::Aborted);
+    }
+
+    /// A snapshot of the statistics.
+    pub fn stats(&self, now: Instant) -> ConnStats {
+        let mut s = self.stats;
+        s.elapsed_us = self.us(now);
+        s.rtt_ms = self.srtt_us as f64 / 1000.0;
+        s.rtt_var_ms = self.rttvar_us as f64 / 1000.0;
+        s.send_period_us = self.ctl.send_period_us;
+        s.cwnd_pkts = self.ctl.cwnd_pkts;
+        s.flow_window_pkts = self.peer_window;
+        s.pkts_in_flight = self.sbuf.in_flight() as u32;
+        s.snd_buf_pkts = self.sbuf.len() as u32;
+        s.snd_buf_bytes = self.sbuf.bytes();
+        s.snd_buf_cap_pkts = self.sbuf.cap() as u32;
+        s.rcv_buf_pkts = self.rbuf.count() as u32;
+        s.rcv_buf_bytes = self.rbuf.bytes();
+        s.rcv_buf_cap_pkts = self.rbuf.cap() as u32;
+        let (pps, bps) = self.rate.recv_rate();
+        if self.stats.pkts_recv > 0 {
+            s.est_link_capacity_pps = self.rate.bandwidth();
+            s.recv_rate_pps = pps;
+            s.recv_rate_bps = bps;
+        } else {
+            s.est_link_capacity_pps = self.peer_bandwidth_pps;
+            s.recv_rate_pps = self.peer_recv_rate_pps;
+            s.recv_rate_bps = self.peer_recv_rate_bps;
+        }
+        s.mss = self.mss;
+        s.latency_ms = (self.latency_us / 1000) as u32;
+        s
+    }
+
+    // ---- shared helpers ----
+
+    fn update_rtt(&mut self, sample_us: u64) {
+        let sample_us = sample_us.max(1);
+        if !self.rtt_sampled {
+            self.srtt_us = sample_us;
+            self.rttvar_us = sample_us / 2;
+            self.rtt_sampled = true;
+        } else {
+            let diff = self.srtt_us.abs_diff(sample_us);
+            self.rttvar_us = (3 * self.rttvar_us + diff) / 4;
+            self.srtt_us = (7 * self.srtt_us + sample_us) / 8;
+        }
+    }
+
+    fn exp_deadline_us(&self) -> u64 {
+        let base = u64::from(self.exp_count) * (self.srtt_us + 4 * self.rttvar_us) + SYN_INTERVAL_US;
+        let min = u64::from(self.exp_count) * MIN_EXP_US;
+        let rto = self.ctl.rto.map(|d| d.as_micros() as u64).unwrap_or(0);
+        self.last_rsp_us + base.max(min).max(rto)
+    }
+
+    fn nak_interval_us(&self) -> u64 {
+        ((self.srtt_us + 4 * self.rttvar_us) / 2).max(20_000)
+    }
+
+    fn on_exp(&mut self, now_us: u64) {
+        if now_us.saturating_sub(self.last_rsp_us) >= self.cfg.peer_idle_timeout.as_micros() as u64
+            && self.exp_count > 4
+        {
+            self.close_with(CloseReason::PeerIdle);
+            return;
+        }
+        if self.sbuf.in_flight() > 0 && self.cfg.mode != Mode::Live {
+            // Nothing heard for a whole RTO with data outstanding: everything unacknowledged
+            // is presumed lost (UDT's EXP), and the controller is told.
+            if self.snd_loss.is_empty() {
+                let first = self.sbuf.base();
+                let last = self.sbuf.next_unsent().sub(1);
+                self.snd_loss.insert(first, last);
+            }
+            self.stats.timeouts += 1;
+            let ctx = self.cc_ctx(now_us);
+            self.cc.on_timeout(&ctx, &mut self.ctl);
+        } else {
+            self.pending.keepalive = true;
+        }
+        self.exp_count += 1;
+    }
+
+    fn emit_ctrl(&self, now_us: u64, body: ControlBody<'_>, buf: &mut [u8]) -> Option<usize> {
+        Control { timestamp: now_us as u32, dst_socket: self.peer_id, body }.emit(buf)
+    }
+
+    fn poll_control(&mut self, now_us: u64, buf: &mut [u8]) -> Option<usize> {
+        if self.pending.handshake {
+            self.pending.handshake = false;
+            if let Some(n) = self.emit_handshake(now_us, buf) {
+                return Some(n);
+            }
+        }
+        if self.state == State::Connecting {
+            return None;
+        }
+        if self.pending.ackack_len > 0 {
+            self.pending.ackack_len -= 1;
+            let ack_no = self.pending.ackacks[self.pending.ackack_len];
+            self.stats.ackacks_sent += 1;
+            return self.emit_ctrl(now_us, ControlBody::AckAck { ack_no }, buf);
+        }
+        if self.pending.full_ack {
+            self.pending.full_ack = false;
+            self.pending.light_ack = false;
+            return self.emit_full_ack(now_us, buf);
+        }
+        if self.pending.light_ack {
+            self.pending.light_ack = false;
+            return self.emit_light_ack(now_us, buf);
+        }
+        if self.pending.nak_len > 0 || self.pending.periodic_nak {
+            if let Some(n) = self.emit_nak(now_us, buf) {
+                return Some(n);
+            }
+        }
+        if let Some((msg_no, first, last)) = self.pending.dropreq.take() {
+            return self.emit_ctrl(now_us, ControlBody::DropReq { msg_no, first, last }, buf);
+        }
+        if self.pending.shutdown > 0 {
+            self.pending.shutdown -= 1;
+            return self.emit_ctrl(now_us, ControlBody::Shutdown, buf);
+        }
+        if self.pending.keepalive {
+            self.pending.keepalive = false;
+            return self.emit_ctrl(now_us, ControlBody::KeepAlive, buf);
+        }
+        None
+    }
+}
+
+/// Payload bytes per packet for an MSS: the MSS minus IP, UDP and SRT headers.
+fn payload_size(mss: u32, peer: SocketAddr) -> usize {
+    let ip = if peer.is_ipv6() { UDP_IPV4_OVERHEAD + 20 } else { UDP_IPV4_OVERHEAD };
+    (mss as usize).saturating_sub(ip + HEADER_LEN).max(16)
+}

@@ -1,0 +1,318 @@
+//! The sender's buffer: packets not yet acknowledged, in sequence order, in one pre-allocated
+//! ring. Its capacity grows (doubling, up to a memory cap) when the connection is limited by it;
+//! between growths, writing, sending and acknowledging allocate nothing.
+
+use crate::seq::{MsgNo, SeqNo};
+use crate::wire::PacketPosition;
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SlotMeta {
+    pub len: u32,
+    pub msg_no: MsgNo,
+    pub pos: PacketPosition,
+    pub in_order: bool,
+    /// When the application handed the data over, µs since connection start.
+    pub origin_us: u64,
+    /// When it was last sent (0 = never), µs since connection start.
+    pub last_sent_us: u64,
+}
+
+const EMPTY: SlotMeta = SlotMeta {
+    len: 0,
+    msg_no: MsgNo::new(0),
+    pos: PacketPosition::Solo,
+    in_order: true,
+    origin_us: 0,
+    last_sent_us: 0,
+};
+
+#[derive(Debug)]
+pub(crate) struct SendBuffer {
+    slot_size: usize,
+    cap: usize,
+    max_cap: usize,
+    data: Vec<u8>,
+    meta: Vec<SlotMeta>,
+    /// Sequence number of the oldest packet held.
+    base: SeqNo,
+    head: usize,
+    len: usize,
+    /// How many of the held packets have been sent at least once (they come first).
+    sent: usize,
+    bytes: u64,
+    next_msg: MsgNo,
+}
+
+/// Why a message could not be queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PushError {
+    /// Not enough free space now.
+    Full,
+    /// Larger than the buffer can ever hold.
+    TooLarge,
+}
+
+impl SendBuffer {
+    pub fn new(slot_size: usize, cap: usize, max_cap: usize, isn: SeqNo) -> Self {
+        let cap = cap.min(max_cap).max(2);
+        SendBuffer {
+            slot_size,
+            cap,
+            max_cap: max_cap.max(cap),
+            data: vec![0; cap * slot_size],
+            meta: vec![EMPTY; cap],
+            base: isn,
+            head: 0,
+            len: 0,
+            sent: 0,
+            bytes: 0,
+            next_msg: MsgNo::new(1),
+        }
+    }
+
+    pub fn slot_size(&self) -> usize {
+        self.slot_size
+    }
+    pub fn cap(&self) -> usize {
+        self.cap
+    }
+    pub fn max_cap(&self) -> usize {
+        self.max_cap
+    }
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+    pub fn free_slots(&self) -> usize {
+        self.cap - self.len
+    }
+    /// Oldest unacknowledged sequence number.
+    pub fn base(&self) -> SeqNo {
+        self.base
+    }
+    /// The next sequence number never sent.
+    pub fn next_unsent(&self) -> SeqNo {
+        self.base.add(self.sent as u32)
+    }
+    /// Packets queued but never sent.
+    pub fn unsent(&self) -> usize {
+        self.len - self.sent
+    }
+    /// Packets sent and not acknowledged.
+    pub fn in_flight(&self) -> usize {
+        self.sent
+    }
+
+    fn idx(&self, i: usize) -> usize {
+        let j = self.head + i;
+        if j >= self.cap {
+            j - self.cap
+        } else {
+            j
+        }
+    }
+
+    /// Appends stream bytes: fills the last unsent packet, then new ones. Returns bytes taken.
+    pub fn push_stream(&mut self, mut data: &[u8], now_us: u64) -> usize {
+        let total = data.len();
+        // Top up the last packet if it has not been sent yet.
+        if self.len > self.sent && !data.is_empty() {
+            let i = self.idx(self.len - 1);
+            let used = self.meta[i].len as usize;
+            let n = (self.slot_size - used).min(data.len());
+            if n > 0 {
+                let off = i * self.slot_size + used;
+                self.data[off..off + n].copy_from_slice(&data[..n]);
+                self.meta[i].len += n as u32;
+                self.bytes += n as u64;
+                data = &data[n..];
+            }
+        }
+        while !data.is_empty() && self.len < self.cap {
+            let n = self.slot_size.min(data.len());
+            let i = self.idx(self.len);
+            let off = i * self.slot_size;
+            self.data[off..off + n].copy_from_slice(&data[..n]);
+            let msg_no = self.next_msg;
+            self.next_msg = self.next_msg.next();
+            self.meta[i] = SlotMeta {
+                len: n as u32,
+                msg_no,
+                pos: PacketPosition::Solo,
+                in_order: false,
+                origin_us: now_us,
+                last_sent_us: 0,
+            };
+            self.len += 1;
+            self.bytes += n as u64;
+            data = &data[n..];
+        }
+        total - data.len()
+    }
+
+    /// Queues a whole message, split into packets with First/Middle/Last positions.
+    pub fn push_message(&mut self, msg: &[u8], now_us: u64) -> Result<(), PushError> {
+        let pkts = msg.len().div_ceil(self.slot_size).max(1);
+        if pkts > self.max_cap {
+            return Err(PushError::TooLarge);
+        }
+        if pkts > self.cap - self.len {
+            return Err(PushError::Full);
+        }
+        let msg_no = self.next_msg;
+        self.next_msg = self.next_msg.next();
+        for k in 0..pkts {
+            let chunk = &msg[(k * self.slot_size).min(msg.len())..((k + 1) * self.slot_size).min(msg.len())];
+            let i = self.idx(self.len);
+            let off = i * self.slot_size;
+            self.data[off..off + chunk.len()].copy_from_slice(chunk);
+            let pos = match (k == 0, k + 1 == pkts) {
+                (true, true) => PacketPosition::Solo,
+                (true, false) => PacketPosition::First,
+                (false, true) => PacketPosition::Last,
+                (false, false) => PacketPosition::Middle,
+            };
+            self.meta[i] = SlotMeta {
+                len: chunk.len() as u32,
+                msg_no,
+                pos,
+                in_order: true,
+                origin_us: now_us,
+                last_sent_us: 0,
+            };
+            self.len += 1;
+            self.bytes += chunk.len() as u64;
+        }
+        Ok(())
+    }
+
+    /// The packet with sequence number `seq`, if held.
+    pub fn get(&self, seq: SeqNo) -> Option<(&SlotMeta, &[u8])> {
+        let off = seq.diff(self.base);
+        if off < 0 || off as usize >= self.len {
+            return None;
+        }
+        let i = self.idx(off as usize);
+        let m = &self.meta[i];
+        let start = i * self.slot_size;
+        Some((m, &self.data[start..start + m.len as usize]))
+    }
+
+    /// Marks `seq` sent at `now_us`; a first send moves the unsent boundary.
+    pub fn mark_sent(&mut self, seq: SeqNo, now_us: u64) {
+        let off = seq.diff(self.base);
+        if off < 0 || off as usize >= self.len {
+            return;
+        }
+        let i = self.idx(off as usize);
+        self.meta[i].last_sent_us = now_us.max(1);
+        if off as usize == self.sent {
+            self.sent += 1;
+        }
+    }
+
+    /// Frees every packet before `upto`. Returns (packets, bytes) freed.
+    pub fn ack(&mut self, upto: SeqNo) -> (u32, u64) {
+        let n = upto.diff(self.base);
+        if n <= 0 {
+            return (0, 0);
+        }
+        let n = (n as usize).min(self.sent);
+        let mut bytes = 0u64;
+        for k in 0..n {
+            bytes += u64::from(self.meta[self.idx(k)].len);
+        }
+        self.head = self.idx(n);
+        self.len -= n;
+        self.sent -= n;
+        self.bytes -= bytes;
+        self.base = self.base.add(n as u32);
+        (n as u32, bytes)
+    }
+
+    /// Origin time of the oldest packet, if any.
+    pub fn oldest_origin_us(&self) -> Option<u64> {
+        (self.len > 0).then(|| self.meta[self.head].origin_us)
+    }
+
+    /// Drops the whole message that starts at the base (live mode, too old to be useful).
+    /// Returns (first, last, msg_no, packets).
+    pub fn drop_oldest_message(&mut self) -> Option<(SeqNo, SeqNo, MsgNo, u32)> {
+        if self.len == 0 {
+            return None;
+        }
+        let msg = self.meta[self.head].msg_no;
+        let mut n = 0;
+        while n < self.len && self.meta[self.idx(n)].msg_no == msg {
+            n += 1;
+        }
+        let first = self.base;
+        let mut bytes = 0;
+        for k in 0..n {
+            bytes += u64::from(self.meta[self.idx(k)].len);
+        }
+        self.head = self.idx(n);
+        self.len -= n;
+        self.sent = self.sent.saturating_sub(n);
+        self.bytes -= bytes;
+        self.base = self.base.add(n as u32);
+        Some((first, self.base.sub(1), msg, n as u32))
+    }
+
+    /// Doubles the capacity (up to the cap). Returns whether it grew.
+    pub fn grow(&mut self) -> bool {
+        if self.cap >= self.max_cap {
+            return false;
+        }
+        let new_cap = (self.cap * 2).min(self.max_cap);
+        let mut data = vec![0u8; new_cap * self.slot_size];
+        let mut meta = vec![EMPTY; new_cap];
+        for k in 0..self.len {
+            let i = self.idx(k);
+            let len = self.meta[i].len as usize;
+            data[k * self.slot_size..k * self.slot_size + len]
+                .copy_from_slice(&self.data[i * self.slot_size..i * self.slot_size + len]);
+            meta[k] = self.meta[i];
+        }
+        self.data = data;
+        self.meta = meta;
+        self.cap = new_cap;
+        self.head = 0;
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_fills_packets_and_acks_free_them() {
+        let mut b = SendBuffer::new(10, 4, 8, SeqNo::new(SeqNo::MAX - 1));
+        assert_eq!(b.push_stream(b"hello", 0), 5);
+        assert_eq!(b.push_stream(b"world!!", 0), 7); // tops up the unsent packet
+        assert_eq!(b.len(), 2);
+        assert_eq!(b.get(SeqNo::new(SeqNo::MAX - 1)).unwrap().1, b"helloworld");
+        assert_eq!(b.get(SeqNo::new(SeqNo::MAX)).unwrap().1, b"!!");
+        b.mark_sent(SeqNo::new(SeqNo::MAX - 1), 5);
+        b.mark_sent(SeqNo::new(SeqNo::MAX), 5);
+        assert_eq!(b.push_stream(&[1u8; 100], 0), 20);
+        assert_eq!(b.ack(SeqNo::new(0)), (2, 12));
+        assert_eq!(b.base(), SeqNo::new(0));
+        assert!(b.grow());
+        assert_eq!(b.get(SeqNo::new(0)).unwrap().1, &[1u8; 10]);
+    }
+
+    #[test]
+    fn messages_are_split_with_positions() {
+        let mut b = SendBuffer::new(4, 8, 8, SeqNo::new(0));
+        b.push_message(b"abcdefghij", 0).unwrap();
+        let p: Vec<_> = (0..3).map(|s| b.get(SeqNo::new(s)).unwrap().0.pos).collect();
+        assert_eq!(p, [PacketPosition::First, PacketPosition::Middle, PacketPosition::Last]);
+        assert_eq!(b.push_message(&[0; 40], 0), Err(PushError::TooLarge));
+        assert_eq!(b.push_message(&[0; 24], 0), Err(PushError::Full));
+        assert_eq!(b.drop_oldest_message().unwrap().3, 3);
+    }
+}

@@ -1,0 +1,94 @@
+//! Connection statistics, at least as rich as UDT's `perfmon` / libsrt's `SRT_TRACEBSTATS`.
+
+use serde::Serialize;
+
+/// A snapshot of one connection's counters and state. Totals are since the connection started;
+/// rates are computed by the caller from two snapshots (or read from the `*_rate` estimates).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct ConnStats {
+    /// Microseconds since the connection was created.
+    pub elapsed_us: u64,
+    /// Data packets sent, retransmissions included.
+    pub pkts_sent: u64,
+    /// Data packets sent for the first time.
+    pub pkts_sent_unique: u64,
+    /// Data packets retransmitted.
+    pub pkts_retransmitted: u64,
+    /// Packets the peer reported lost (sum over NAKs, without double counting).
+    pub pkts_snd_loss: u64,
+    /// Packets the sender dropped as too late (live mode) or on a drop request.
+    pub pkts_snd_dropped: u64,
+    /// Data packets received, duplicates included.
+    pub pkts_recv: u64,
+    /// Data packets received for the first time.
+    pub pkts_recv_unique: u64,
+    /// Packets the receiver detected missing (gaps in sequence).
+    pub pkts_rcv_loss: u64,
+    /// Packets the receiver dropped: too late (live), or beyond the window.
+    pub pkts_rcv_dropped: u64,
+    /// Duplicate data packets received (retransmissions that were not needed).
+    pub pkts_recv_dup: u64,
+    /// Retransmitted packets received.
+    pub pkts_recv_retrans: u64,
+    /// Payload bytes sent, retransmissions included.
+    pub bytes_sent: u64,
+    /// Payload bytes sent for the first time.
+    pub bytes_sent_unique: u64,
+    /// Payload bytes received for the first time.
+    pub bytes_recv_unique: u64,
+    /// Payload bytes acknowledged by the peer.
+    pub bytes_acked: u64,
+    /// Payload bytes delivered to the application.
+    pub bytes_delivered: u64,
+    /// Full ACKs sent / received.
+    pub acks_sent: u64,
+    /// Full ACKs received.
+    pub acks_recv: u64,
+    /// Light ACKs sent.
+    pub light_acks_sent: u64,
+    /// NAK packets sent.
+    pub naks_sent: u64,
+    /// NAK packets received.
+    pub naks_recv: u64,
+    /// ACKACKs sent.
+    pub ackacks_sent: u64,
+    /// Retransmission timeouts (EXP timer expirations with data outstanding).
+    pub timeouts: u64,
+    /// Control packets received that were malformed or unexpected.
+    pub ctrl_ignored: u64,
+    /// Smoothed round-trip time, milliseconds.
+    pub rtt_ms: f64,
+    /// Round-trip time variance, milliseconds.
+    pub rtt_var_ms: f64,
+    /// Current inter-packet sending period, microseconds.
+    pub send_period_us: f64,
+    /// Current congestion window, packets.
+    pub cwnd_pkts: f64,
+    /// Peer's flow window (free receive buffer), packets.
+    pub flow_window_pkts: u32,
+    /// Packets sent and not yet acknowledged.
+    pub pkts_in_flight: u32,
+    /// Send buffer: packets held (unsent + unacknowledged).
+    pub snd_buf_pkts: u32,
+    /// Send buffer: bytes held.
+    pub snd_buf_bytes: u64,
+    /// Send buffer capacity, packets (grows with the bandwidth-delay product).
+    pub snd_buf_cap_pkts: u32,
+    /// Receive buffer: packets held (received, not yet read).
+    pub rcv_buf_pkts: u32,
+    /// Receive buffer: bytes held.
+    pub rcv_buf_bytes: u64,
+    /// Receive buffer capacity, packets (grows with the bandwidth-delay product).
+    pub rcv_buf_cap_pkts: u32,
+    /// Link capacity estimated from packet pairs, packets per second.
+    pub est_link_capacity_pps: u32,
+    /// Receive rate reported by (sender) or measured at (receiver) the receiver, packets/s.
+    pub recv_rate_pps: u32,
+    /// Receive rate, bytes/s.
+    pub recv_rate_bps: u64,
+    /// Negotiated maximum segment size.
+    pub mss: u32,
+    /// Negotiated TSBPD latency, milliseconds (live mode).
+    pub latency_ms: u32,
+}
