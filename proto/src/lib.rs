@@ -8,11 +8,13 @@
 //! - [`wire`]: the SRT packet formats, checked parsing and emission.
 //! - [`seq`]: 31-bit sequence and 26-bit message numbers with wrap-around.
 //! - [`loss`]: loss lists kept as ranges.
+//! - [`rate`]: receiver-side arrival-rate and link-capacity estimation.
 //! - [`cc`]: composable congestion control (UDT's event handlers).
 //! - [`sim`]: a simulated path with loss, delay, jitter, reordering, duplication and a rate limit.
 
 pub mod cc;
 pub mod loss;
+pub mod rate;
 pub mod seq;
 pub mod sim;
 pub mod wire;
