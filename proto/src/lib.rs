@@ -13,6 +13,8 @@
 //! - [`sim`]: a simulated path with loss, delay, jitter, reordering, duplication and a rate limit.
 
 pub mod cc;
+pub mod conn;
+pub mod endpoint;
 pub mod loss;
 pub mod rate;
 pub mod seq;

@@ -63,7 +63,12 @@ pub struct CcControl {
 
 impl Default for CcControl {
     fn default() -> Self {
-        CcControl { send_period_us: 1.0, cwnd_pkts: 16.0, ack_interval_pkts: None, rto: None }
+        CcControl {
+            send_period_us: 1.0,
+            cwnd_pkts: 16.0,
+            ack_interval_pkts: None,
+            rto: None,
+        }
     }
 }
 
@@ -88,15 +93,34 @@ pub trait CongestionControl: fmt::Debug + Send {
         let _ = (ctx, ctl);
     }
     /// A data packet was sent (`retransmit` for retransmissions).
-    fn on_packet_sent(&mut self, ctx: &CcContext, ctl: &mut CcControl, seq: SeqNo, bytes: usize, retransmit: bool) {
+    fn on_packet_sent(
+        &mut self,
+        ctx: &CcContext,
+        ctl: &mut CcControl,
+        seq: SeqNo,
+        bytes: usize,
+        retransmit: bool,
+    ) {
         let _ = (ctx, ctl, seq, bytes, retransmit);
     }
     /// A data packet arrived (receiver side).
-    fn on_packet_received(&mut self, ctx: &CcContext, ctl: &mut CcControl, seq: SeqNo, bytes: usize) {
+    fn on_packet_received(
+        &mut self,
+        ctx: &CcContext,
+        ctl: &mut CcControl,
+        seq: SeqNo,
+        bytes: usize,
+    ) {
         let _ = (ctx, ctl, seq, bytes);
     }
     /// A user-defined control packet arrived from the peer.
-    fn on_custom_message(&mut self, ctx: &CcContext, ctl: &mut CcControl, subtype: u16, body: &[u8]) {
+    fn on_custom_message(
+        &mut self,
+        ctx: &CcContext,
+        ctl: &mut CcControl,
+        subtype: u16,
+        body: &[u8],
+    ) {
         let _ = (ctx, ctl, subtype, body);
     }
 }
@@ -112,13 +136,17 @@ pub struct CcRegistry {
 
 impl fmt::Debug for CcRegistry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_list().entries(self.entries.iter().map(|e| &e.0)).finish()
+        f.debug_list()
+            .entries(self.entries.iter().map(|e| &e.0))
+            .finish()
     }
 }
 
 impl Default for CcRegistry {
     fn default() -> Self {
-        let mut r = CcRegistry { entries: Vec::new() };
+        let mut r = CcRegistry {
+            entries: Vec::new(),
+        };
         r.register("file", || Box::new(udt::UdtCc::default()));
         r.register("udt", || Box::new(udt::UdtCc::default()));
         r.register("live", || Box::new(live::LiveCc::default()));

@@ -63,7 +63,10 @@ impl Default for ConnConfig {
 impl ConnConfig {
     /// A configuration for `mode` with its defaults.
     pub fn new(mode: Mode) -> Self {
-        ConnConfig { mode, ..Default::default() }
+        ConnConfig {
+            mode,
+            ..Default::default()
+        }
     }
     /// The transfer mode.
     pub fn mode(&self) -> Mode {

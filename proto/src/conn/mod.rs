@@ -20,7 +20,7 @@
 
 mod config;
 mod event;
-mod handshake;
+pub(crate) mod handshake;
 mod receiver;
 mod recv_buf;
 mod send_buf;
@@ -45,11 +45,11 @@ use std::time::{Duration, Instant};
 /// SRT's SYN interval: full ACKs and rate-control decisions every 10 ms.
 pub const SYN_INTERVAL_US: u64 = 10_000;
 /// Light ACK after this many packets.
-const LIGHT_ACK_PKTS: u32 = 64;
+pub(super) const LIGHT_ACK_PKTS: u32 = 64;
 /// Keep-alive after this much silence from our side.
 const KEEPALIVE_US: u64 = 1_000_000;
 /// Handshake retransmission interval.
-const HS_RETRY_US: u64 = 250_000;
+pub(super) const HS_RETRY_US: u64 = 250_000;
 /// Minimum retransmission timeout (UDT/SRT `m_uMinExpInterval`).
 const MIN_EXP_US: u64 = 300_000;
 
@@ -148,7 +148,8 @@ pub struct Connection {
     snd_loss: LossList,
     cc: Box<dyn CongestionControl>,
     ctl: CcControl,
-    next_send_us: u64,
+    next_send_us: f64,
+    max_loss_seen: SeqNo,
     peer_window: u32,
     peer_recv_rate_pps: u32,
     peer_recv_rate_bps: u64,
@@ -260,7 +261,8 @@ impl Connection {
             snd_loss: LossList::new(),
             cc,
             ctl: CcControl::default(),
-            next_send_us: 0,
+            next_send_us: 0.0,
+            max_loss_seen: isn,
             peer_window: 8192,
             peer_recv_rate_pps: 0,
             peer_recv_rate_bps: 0,
@@ -325,7 +327,7 @@ impl Connection {
         self.state = State::Connected;
         self.last_rsp_us = now_us;
         self.next_ack_tick = now_us + SYN_INTERVAL_US;
-        self.next_send_us = now_us;
+        self.next_send_us = now_us as f64;
         self.input_rate.window_start_us = now_us;
         let ctx = self.cc_ctx(now_us);
         self.cc.init(&ctx, &mut self.ctl);
@@ -427,7 +429,7 @@ impl Connection {
                     }
                 }
                 if self.has_data_to_send() {
-                    t = t.min(self.next_send_us);
+                    t = t.min(self.next_send_us.max(0.0).ceil() as u64);
                 }
                 t
             }
@@ -502,13 +504,13 @@ impl Connection {
             ControlBody::KeepAlive => {}
             ControlBody::Shutdown => {
                 self.peer_shutdown = true;
-                let reason = if self.sbuf.len() > 0 { CloseReason::PeerShutdown } else { CloseReason::PeerShutdown };
-                self.close_with(reason);
+                self.close_with(CloseReason::PeerShutdown);
             }
             ControlBody::DropReq { first, last, .. } => self.on_dropreq(now_us, *first, *last),
             ControlBody::User { subtype, body, .. } => {
                 let ctx = self.cc_ctx(now_us);
-                self.cc.on_custom_message(&ctx, &mut self.ctl, *subtype, body);
+                self.cc
+                    .on_custom_message(&ctx, &mut self.ctl, *subtype, body);
             }
             _ => self.stats.ctrl_ignored += 1,
         }
@@ -522,7 +524,9 @@ impl Connection {
     /// Writes the next datagram to send into `buf` (at least the MSS long). Returns its length.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
         let now_us = self.us(now);
-        let n = self.poll_control(now_us, buf).or_else(|| self.poll_data(now_us, buf))?;
+        let n = self
+            .poll_control(now_us, buf)
+            .or_else(|| self.poll_data(now_us, buf))?;
         self.last_send_us = now_us;
         Some(n)
     }
@@ -726,7 +730,8 @@ impl Connection {
     }
 
     fn exp_deadline_us(&self) -> u64 {
-        let base = u64::from(self.exp_count) * (self.srtt_us + 4 * self.rttvar_us) + SYN_INTERVAL_US;
+        let base =
+            u64::from(self.exp_count) * (self.srtt_us + 4 * self.rttvar_us) + SYN_INTERVAL_US;
         let min = u64::from(self.exp_count) * MIN_EXP_US;
         let rto = self.ctl.rto.map(|d| d.as_micros() as u64).unwrap_or(0);
         self.last_rsp_us + base.max(min).max(rto)
@@ -761,7 +766,12 @@ impl Connection {
     }
 
     fn emit_ctrl(&self, now_us: u64, body: ControlBody<'_>, buf: &mut [u8]) -> Option<usize> {
-        Control { timestamp: now_us as u32, dst_socket: self.peer_id, body }.emit(buf)
+        Control {
+            timestamp: now_us as u32,
+            dst_socket: self.peer_id,
+            body,
+        }
+        .emit(buf)
     }
 
     fn poll_control(&mut self, now_us: u64, buf: &mut [u8]) -> Option<usize> {
@@ -795,7 +805,15 @@ impl Connection {
             }
         }
         if let Some((msg_no, first, last)) = self.pending.dropreq.take() {
-            return self.emit_ctrl(now_us, ControlBody::DropReq { msg_no, first, last }, buf);
+            return self.emit_ctrl(
+                now_us,
+                ControlBody::DropReq {
+                    msg_no,
+                    first,
+                    last,
+                },
+                buf,
+            );
         }
         if self.pending.shutdown > 0 {
             self.pending.shutdown -= 1;
@@ -811,6 +829,10 @@ impl Connection {
 
 /// Payload bytes per packet for an MSS: the MSS minus IP, UDP and SRT headers.
 fn payload_size(mss: u32, peer: SocketAddr) -> usize {
-    let ip = if peer.is_ipv6() { UDP_IPV4_OVERHEAD + 20 } else { UDP_IPV4_OVERHEAD };
+    let ip = if peer.is_ipv6() {
+        UDP_IPV4_OVERHEAD + 20
+    } else {
+        UDP_IPV4_OVERHEAD
+    };
     (mss as usize).saturating_sub(ip + HEADER_LEN).max(16)
 }

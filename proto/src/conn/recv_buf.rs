@@ -15,7 +15,13 @@ pub(crate) struct RSlot {
     pub ts_us: u64,
 }
 
-const EMPTY: RSlot = RSlot { present: false, len: 0, pos: PacketPosition::Solo, msg_no: MsgNo::new(0), ts_us: 0 };
+const EMPTY: RSlot = RSlot {
+    present: false,
+    len: 0,
+    pos: PacketPosition::Solo,
+    msg_no: MsgNo::new(0),
+    ts_us: 0,
+};
 
 /// What happened to an arriving packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,7 +115,14 @@ impl RecvBuffer {
         off >= 0 && (off as usize) < self.cap
     }
 
-    pub fn insert(&mut self, seq: SeqNo, pos: PacketPosition, msg_no: MsgNo, ts_us: u64, payload: &[u8]) -> Insert {
+    pub fn insert(
+        &mut self,
+        seq: SeqNo,
+        pos: PacketPosition,
+        msg_no: MsgNo,
+        ts_us: u64,
+        payload: &[u8],
+    ) -> Insert {
         let off = seq.diff(self.read_seq);
         if off < 0 {
             return Insert::Old;
@@ -123,7 +136,13 @@ impl RecvBuffer {
         }
         let n = payload.len().min(self.slot_size);
         self.data[i * self.slot_size..i * self.slot_size + n].copy_from_slice(&payload[..n]);
-        self.meta[i] = RSlot { present: true, len: n as u32, pos, msg_no, ts_us };
+        self.meta[i] = RSlot {
+            present: true,
+            len: n as u32,
+            pos,
+            msg_no,
+            ts_us,
+        };
         self.count += 1;
         self.bytes += n as u64;
         Insert::Stored
@@ -203,7 +222,9 @@ impl RecvBuffer {
 
     /// Message read: copies the complete message at the head into `out`.
     pub fn read_message(&mut self, limit: SeqNo, out: &mut [u8]) -> MsgRead {
-        let Some((pkts, bytes)) = self.head_message(limit) else { return MsgRead::None };
+        let Some((pkts, bytes)) = self.head_message(limit) else {
+            return MsgRead::None;
+        };
         if bytes > out.len() {
             return MsgRead::TooSmall(bytes);
         }
@@ -211,7 +232,8 @@ impl RecvBuffer {
         for k in 0..pkts {
             let i = self.idx(k);
             let len = self.meta[i].len as usize;
-            out[done..done + len].copy_from_slice(&self.data[i * self.slot_size..i * self.slot_size + len]);
+            out[done..done + len]
+                .copy_from_slice(&self.data[i * self.slot_size..i * self.slot_size + len]);
             done += len;
         }
         self.advance(pkts);
@@ -288,18 +310,42 @@ mod tests {
     #[test]
     fn stream_reads_contiguous_bytes_only() {
         let mut b = RecvBuffer::new(4, 8, 16, s(SeqNo::MAX));
-        assert_eq!(b.insert(s(0), PacketPosition::Solo, MsgNo::new(1), 0, b"efgh"), Insert::Stored);
+        assert_eq!(
+            b.insert(s(0), PacketPosition::Solo, MsgNo::new(1), 0, b"efgh"),
+            Insert::Stored
+        );
         let mut out = [0u8; 16];
         assert_eq!(b.read_stream(s(1), &mut out), 0, "head missing");
-        b.insert(s(SeqNo::MAX), PacketPosition::Solo, MsgNo::new(1), 0, b"abcd");
-        assert_eq!(b.insert(s(SeqNo::MAX), PacketPosition::Solo, MsgNo::new(1), 0, b"abcd"), Insert::Duplicate);
+        b.insert(
+            s(SeqNo::MAX),
+            PacketPosition::Solo,
+            MsgNo::new(1),
+            0,
+            b"abcd",
+        );
+        assert_eq!(
+            b.insert(
+                s(SeqNo::MAX),
+                PacketPosition::Solo,
+                MsgNo::new(1),
+                0,
+                b"abcd"
+            ),
+            Insert::Duplicate
+        );
         assert_eq!(b.read_stream(s(1), &mut out[..3]), 3);
         assert_eq!(b.read_stream(s(1), &mut out[3..]), 5);
         assert_eq!(&out[..8], b"abcdefgh");
         assert_eq!(b.bytes(), 0);
         assert_eq!(b.count(), 0);
-        assert_eq!(b.insert(s(0), PacketPosition::Solo, MsgNo::new(1), 0, b"x"), Insert::Old);
-        assert_eq!(b.insert(s(9), PacketPosition::Solo, MsgNo::new(1), 0, b"x"), Insert::Overflow);
+        assert_eq!(
+            b.insert(s(0), PacketPosition::Solo, MsgNo::new(1), 0, b"x"),
+            Insert::Old
+        );
+        assert_eq!(
+            b.insert(s(9), PacketPosition::Solo, MsgNo::new(1), 0, b"x"),
+            Insert::Overflow
+        );
     }
 
     #[test]

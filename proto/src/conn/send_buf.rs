@@ -164,7 +164,8 @@ impl SendBuffer {
         let msg_no = self.next_msg;
         self.next_msg = self.next_msg.next();
         for k in 0..pkts {
-            let chunk = &msg[(k * self.slot_size).min(msg.len())..((k + 1) * self.slot_size).min(msg.len())];
+            let chunk = &msg
+                [(k * self.slot_size).min(msg.len())..((k + 1) * self.slot_size).min(msg.len())];
             let i = self.idx(self.len);
             let off = i * self.slot_size;
             self.data[off..off + chunk.len()].copy_from_slice(chunk);
@@ -309,8 +310,17 @@ mod tests {
     fn messages_are_split_with_positions() {
         let mut b = SendBuffer::new(4, 8, 8, SeqNo::new(0));
         b.push_message(b"abcdefghij", 0).unwrap();
-        let p: Vec<_> = (0..3).map(|s| b.get(SeqNo::new(s)).unwrap().0.pos).collect();
-        assert_eq!(p, [PacketPosition::First, PacketPosition::Middle, PacketPosition::Last]);
+        let p: Vec<_> = (0..3)
+            .map(|s| b.get(SeqNo::new(s)).unwrap().0.pos)
+            .collect();
+        assert_eq!(
+            p,
+            [
+                PacketPosition::First,
+                PacketPosition::Middle,
+                PacketPosition::Last
+            ]
+        );
         assert_eq!(b.push_message(&[0; 40], 0), Err(PushError::TooLarge));
         assert_eq!(b.push_message(&[0; 24], 0), Err(PushError::Full));
         assert_eq!(b.drop_oldest_message().unwrap().3, 3);

@@ -12,8 +12,8 @@ mod handshake;
 pub use control::{emit_nak, Ack, AckInfo, LossRanges};
 pub use data::{DataHeader, EncryptionKey, PacketPosition};
 pub use handshake::{
-    HsExtensions, HsType, Handshake, RejectReason, SlipstreamExt, SrtHs, SrtFlags, HS_VERSION_UDT4,
-    HS_VERSION_SRT5, SRT_MAGIC,
+    Handshake, HsExtensions, HsType, RejectReason, SlipstreamExt, SrtFlags, SrtHs, HS_VERSION_SRT5,
+    HS_VERSION_UDT4, SRT_MAGIC,
 };
 
 /// Size of the common SRT header (data and control).

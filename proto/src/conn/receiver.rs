@@ -1,0 +1,277 @@
+//! The receiving half: storing data packets, loss detection (immediate and periodic NAKs),
+//! full ACKs on the SYN timer and light ACKs by packet count, RTT from ACKACKs, receive-buffer
+//! growth, and live-mode TSBPD delivery with too-late drop.
+
+use super::recv_buf::{Insert, MsgRead};
+use super::{Connection, Mode, SYN_INTERVAL_US};
+use crate::seq::SeqNo;
+use crate::wire::{emit_nak, Ack, AckInfo, ControlBody, DataHeader, UDP_IPV4_OVERHEAD};
+
+/// Default light-ACK spacing in packets (UDT / SRT).
+const LIGHT_ACK_PKTS: u32 = super::LIGHT_ACK_PKTS;
+
+impl Connection {
+    pub(super) fn on_data(&mut self, now_us: u64, h: &DataHeader, payload: &[u8]) {
+        self.stats.pkts_recv += 1;
+        if h.retransmitted {
+            self.stats.pkts_recv_retrans += 1;
+        }
+        let now = self.at(now_us);
+        self.rate.on_arrival(now, payload.len());
+        if !h.retransmitted {
+            match h.seq.get() % 16 {
+                0 => self.rate.on_probe1(now),
+                1 => self.rate.on_probe2(now),
+                _ => {}
+            }
+        }
+        let seq = h.seq;
+        let ts = self.unwrap_ts(h.timestamp);
+        match self.rbuf.insert(seq, h.position, h.msg_no, ts, payload) {
+            Insert::Stored => {
+                self.stats.pkts_recv_unique += 1;
+                self.stats.bytes_recv_unique += payload.len() as u64;
+                if self.rcv_max.le(seq) {
+                    if self.rcv_max.lt(seq) {
+                        let (first, last) = (self.rcv_max, seq.sub(1));
+                        self.stats.pkts_rcv_loss += u64::from(self.rcv_loss.insert(first, last));
+                        self.queue_nak(first, last);
+                        if self.next_nak_tick <= now_us {
+                            self.next_nak_tick = now_us + self.nak_interval_us();
+                        }
+                    }
+                    self.rcv_max = seq.next();
+                } else {
+                    self.rcv_loss.remove(seq);
+                }
+                self.advance_ack();
+                self.pkts_since_ack += 1;
+                match self.ctl.ack_interval_pkts {
+                    Some(n) if self.pkts_since_ack >= n.max(1) => self.pending.full_ack = true,
+                    None if self.pkts_since_ack >= LIGHT_ACK_PKTS => self.pending.light_ack = true,
+                    _ => {}
+                }
+            }
+            Insert::Duplicate | Insert::Old => self.stats.pkts_recv_dup += 1,
+            Insert::Overflow => self.stats.pkts_rcv_dropped += 1,
+        }
+        let ctx = self.cc_ctx(now_us);
+        self.cc
+            .on_packet_received(&ctx, &mut self.ctl, seq, payload.len());
+    }
+
+    /// Moves the ACK point over every packet received (or resolved by a drop) in order.
+    pub(super) fn advance_ack(&mut self) {
+        while self.rcv_ack.lt(self.rcv_max)
+            && (self.rcv_ack.lt(self.drop_upto) || self.rbuf.is_present(self.rcv_ack))
+        {
+            self.rcv_ack = self.rcv_ack.next();
+        }
+    }
+
+    fn queue_nak(&mut self, first: SeqNo, last: SeqNo) {
+        let p = &mut self.pending;
+        if p.nak_len < p.nak.len() {
+            p.nak[p.nak_len] = (first, last);
+            p.nak_len += 1;
+        } else {
+            p.periodic_nak = true;
+        }
+    }
+
+    /// Unwraps a 32-bit sender timestamp to 64 bits, nearest to the last one seen.
+    fn unwrap_ts(&mut self, raw: u32) -> u64 {
+        const WRAP: u64 = 1 << 32;
+        let last = self.last_ts_unwrapped;
+        let mut v = (last & !(WRAP - 1)) | u64::from(raw);
+        if v + WRAP / 2 < last {
+            v += WRAP;
+        } else if v > last + WRAP / 2 && v >= WRAP {
+            v -= WRAP;
+        }
+        if v > last {
+            self.last_ts_unwrapped = v;
+        }
+        v
+    }
+
+    pub(super) fn on_ack_tick(&mut self, now_us: u64) {
+        self.next_ack_tick = now_us + SYN_INTERVAL_US;
+        if self.rcv_ack != self.last_acked_seq {
+            self.pending.full_ack = true;
+        } else if self.stats.pkts_recv > 0
+            && now_us.saturating_sub(self.last_full_ack_us) >= self.srtt_us + 4 * self.rttvar_us
+        {
+            // Nothing new, but the sender still needs RTT samples and window updates.
+            self.pending.full_ack = true;
+        }
+        self.maybe_grow_rbuf();
+    }
+
+    /// Grows the receive buffer to twice the measured bandwidth-delay product (up to the cap),
+    /// unless the application is what holds data back.
+    fn maybe_grow_rbuf(&mut self) {
+        let (pps, _) = self.rate.recv_rate();
+        let bdp = u64::from(pps) * (self.srtt_us + SYN_INTERVAL_US) / 1_000_000;
+        let unread = self.rcv_ack.diff(self.rbuf.read_seq()).max(0) as usize;
+        if (self.rbuf.cap() as u64) < 2 * bdp + 64 && unread < self.rbuf.cap() / 2 {
+            self.rbuf.grow();
+        }
+    }
+
+    pub(super) fn emit_full_ack(&mut self, now_us: u64, buf: &mut [u8]) -> Option<usize> {
+        self.ack_no = self.ack_no.wrapping_add(1).max(1);
+        let (pps, bps) = self.rate.recv_rate();
+        let info = AckInfo {
+            rtt_us: self.srtt_us as u32,
+            rtt_var_us: self.rttvar_us as u32,
+            avail_buf_pkts: self.rbuf.free_after(self.rcv_ack) as u32,
+            pkt_recv_rate: pps,
+            link_capacity: self.rate.bandwidth(),
+            recv_rate_bytes: bps.min(u64::from(u32::MAX)) as u32,
+        };
+        self.ack_hist[(self.ack_no % 64) as usize] = (self.ack_no, now_us);
+        self.last_acked_seq = self.rcv_ack;
+        self.last_full_ack_us = now_us;
+        self.pkts_since_ack = 0;
+        self.stats.acks_sent += 1;
+        let ack = Ack {
+            ack_no: self.ack_no,
+            ack_seq: self.rcv_ack,
+            info: Some(info),
+        };
+        self.emit_ctrl(now_us, ControlBody::Ack(ack), buf)
+    }
+
+    pub(super) fn emit_light_ack(&mut self, now_us: u64, buf: &mut [u8]) -> Option<usize> {
+        if self.rcv_ack == self.last_acked_seq {
+            return None;
+        }
+        self.last_acked_seq = self.rcv_ack;
+        self.pkts_since_ack = 0;
+        self.stats.light_acks_sent += 1;
+        let ack = Ack {
+            ack_no: 0,
+            ack_seq: self.rcv_ack,
+            info: None,
+        };
+        self.emit_ctrl(now_us, ControlBody::Ack(ack), buf)
+    }
+
+    pub(super) fn on_ackack(&mut self, now_us: u64, ack_no: u32) {
+        let (no, sent_us) = self.ack_hist[(ack_no % 64) as usize];
+        if no == ack_no && no != 0 && now_us >= sent_us {
+            self.update_rtt(now_us - sent_us);
+            self.ack_hist[(ack_no % 64) as usize] = (0, 0);
+        } else {
+            self.stats.ctrl_ignored += 1;
+        }
+    }
+
+    pub(super) fn emit_nak(&mut self, now_us: u64, buf: &mut [u8]) -> Option<usize> {
+        let limit = (self.mss as usize)
+            .saturating_sub(UDP_IPV4_OVERHEAD)
+            .min(buf.len());
+        let ts = now_us as u32;
+        let (n, _) = if self.pending.periodic_nak {
+            self.pending.periodic_nak = false;
+            self.pending.nak_len = 0;
+            if self.rcv_loss.is_empty() {
+                return None;
+            }
+            emit_nak(ts, self.peer_id, self.rcv_loss.iter(), &mut buf[..limit])
+        } else {
+            let k = std::mem::take(&mut self.pending.nak_len);
+            emit_nak(
+                ts,
+                self.peer_id,
+                self.pending.nak[..k].iter().copied(),
+                &mut buf[..limit],
+            )
+        };
+        self.stats.naks_sent += 1;
+        Some(n)
+    }
+
+    pub(super) fn on_dropreq(&mut self, _now_us: u64, first: SeqNo, last: SeqNo) {
+        // A byte stream cannot skip data; only message and live mode honour drop requests.
+        if self.cfg.mode == Mode::File || last.lt(first) || self.rcv_max.lt(first) {
+            self.stats.ctrl_ignored += 1;
+            return;
+        }
+        self.rcv_loss.remove_range(first, last);
+        let end = last.next();
+        if self.drop_upto.lt(end) {
+            self.drop_upto = end;
+        }
+        self.advance_ack();
+    }
+
+    // ---- message and live delivery ----
+
+    fn play_time_us(&self, ts_us: u64) -> u64 {
+        (self.tsbpd_offset_us + ts_us as i64).max(0) as u64 + self.latency_us
+    }
+
+    pub(super) fn live_deliverable(&self, now_us: u64) -> bool {
+        match self.rbuf.head() {
+            Some(m) => {
+                self.play_time_us(m.ts_us) <= now_us
+                    && self.rbuf.head_message(self.rcv_ack).is_some()
+            }
+            None => false,
+        }
+    }
+
+    /// Live mode: the next time something becomes deliverable or too late.
+    pub(super) fn live_next_event_us(&self) -> Option<u64> {
+        self.rbuf
+            .first_present(self.rcv_max)
+            .map(|(_, m)| self.play_time_us(m.ts_us))
+    }
+
+    pub(super) fn live_timers(&mut self, now_us: u64) {
+        self.sender_drop_too_late(now_us);
+        // Receiver: when the head is missing and a later packet is already due, the missing
+        // ones can never be played in time: skip them (too-late packet drop).
+        while self.rbuf.head().is_none() {
+            let Some((seq, m)) = self.rbuf.first_present(self.rcv_max) else {
+                break;
+            };
+            if self.play_time_us(m.ts_us) > now_us {
+                break;
+            }
+            let (slots, _) = self.rbuf.drop_before(seq);
+            self.stats.pkts_rcv_dropped += slots as u64;
+            self.rcv_loss.remove_before(seq);
+            if self.drop_upto.lt(seq) {
+                self.drop_upto = seq;
+            }
+            self.advance_ack();
+        }
+    }
+
+    pub(super) fn read_message(&mut self, now_us: u64, buf: &mut [u8]) -> MsgRead {
+        loop {
+            // Skip slots resolved without data (dropped) and fragments whose start was dropped.
+            let head_seq = self.rbuf.read_seq();
+            if head_seq.lt(self.rcv_ack) && self.rbuf.head().is_none() {
+                self.rbuf.drop_before(head_seq.next());
+                continue;
+            }
+            if head_seq.lt(self.rcv_ack) && self.rbuf.skip_orphan_head() {
+                continue;
+            }
+            break;
+        }
+        if self.cfg.mode == Mode::Live {
+            if self.cfg.mode == Mode::Live
+                && self.rbuf.head().is_some()
+                && !self.live_deliverable(now_us)
+            {
+                return MsgRead::None;
+            }
+        }
+        self.rbuf.read_message(self.rcv_ack, buf)
+    }
+}

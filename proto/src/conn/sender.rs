@@ -1,0 +1,225 @@
+//! The sending half: pacing, retransmission before new data, ACK and NAK processing, the
+//! congestion controller's events, send-buffer growth and live-mode too-late drop.
+
+use super::{CloseReason, Connection, Mode, State, SYN_INTERVAL_US};
+use crate::seq::SeqNo;
+use crate::wire::{Ack, DataHeader, EncryptionKey, LossRanges, HEADER_LEN};
+
+/// Most pacing credit the sender may bank when it falls behind (scheduling noise), µs.
+const MAX_BURST_US: f64 = 1000.0;
+/// ... and at most this many packets of it.
+const MAX_BURST_PKTS: f64 = 64.0;
+
+impl Connection {
+    pub(super) fn window(&self) -> usize {
+        let cwnd = if self.ctl.cwnd_pkts.is_finite() {
+            self.ctl.cwnd_pkts.max(2.0)
+        } else {
+            2.0
+        };
+        (cwnd as usize).min(self.peer_window as usize)
+    }
+
+    pub(super) fn has_data_to_send(&self) -> bool {
+        matches!(self.state, State::Connected | State::Closing)
+            && (!self.snd_loss.is_empty()
+                || (self.sbuf.unsent() > 0 && self.sbuf.in_flight() < self.window()))
+    }
+
+    pub(super) fn poll_data(&mut self, now_us: u64, buf: &mut [u8]) -> Option<usize> {
+        if !matches!(self.state, State::Connected | State::Closing)
+            || (now_us as f64) < self.next_send_us
+        {
+            return None;
+        }
+        // Retransmissions first (UDT: the loss list has priority over new data).
+        while let Some(seq) = self.snd_loss.pop_first() {
+            let Some((meta, _)) = self.sbuf.get(seq) else {
+                continue;
+            };
+            // A packet retransmitted less than half an RTT ago is probably still on its way;
+            // a later NAK will report it again if it was lost.
+            if meta.last_sent_us == 0 || now_us.saturating_sub(meta.last_sent_us) < self.srtt_us / 2
+            {
+                continue;
+            }
+            return self.emit_data(now_us, seq, true, buf);
+        }
+        if self.sbuf.unsent() > 0 && self.sbuf.in_flight() < self.window() {
+            let seq = self.sbuf.next_unsent();
+            return self.emit_data(now_us, seq, false, buf);
+        }
+        None
+    }
+
+    fn emit_data(
+        &mut self,
+        now_us: u64,
+        seq: SeqNo,
+        rexmit: bool,
+        buf: &mut [u8],
+    ) -> Option<usize> {
+        let (meta, payload) = self.sbuf.get(seq)?;
+        let len = HEADER_LEN + payload.len();
+        let hdr = DataHeader {
+            seq,
+            position: meta.pos,
+            in_order: meta.in_order,
+            key: EncryptionKey::None,
+            retransmitted: rexmit,
+            msg_no: meta.msg_no,
+            timestamp: meta.origin_us as u32,
+            dst_socket: self.peer_id,
+        };
+        let (head, rest) = buf.get_mut(..len)?.split_at_mut(HEADER_LEN);
+        hdr.emit(head.try_into().ok()?);
+        rest.copy_from_slice(payload);
+        let bytes = payload.len();
+        self.sbuf.mark_sent(seq, now_us);
+        self.stats.pkts_sent += 1;
+        self.stats.bytes_sent += bytes as u64;
+        if rexmit {
+            self.stats.pkts_retransmitted += 1;
+        } else {
+            self.stats.pkts_sent_unique += 1;
+            self.stats.bytes_sent_unique += bytes as u64;
+        }
+        // Pacing. The first packet of each probe pair (sequence % 16 == 0) is followed at once
+        // by the next, so the receiver can estimate the link capacity from their spacing.
+        if rexmit || seq.get() % 16 != 0 {
+            let period = if self.ctl.send_period_us.is_finite() {
+                self.ctl.send_period_us.max(0.0)
+            } else {
+                0.0
+            };
+            let credit = MAX_BURST_US.min(MAX_BURST_PKTS * period);
+            let now = now_us as f64;
+            if self.next_send_us < now - credit {
+                self.next_send_us = now - credit;
+            }
+            self.next_send_us += period;
+        }
+        let ctx = self.cc_ctx(now_us);
+        self.cc
+            .on_packet_sent(&ctx, &mut self.ctl, seq, bytes, rexmit);
+        Some(len)
+    }
+
+    pub(super) fn on_ack(&mut self, now_us: u64, a: &Ack) {
+        // Never accept an acknowledgement for data not sent yet: a hostile or confused peer
+        // must not make us drop unsent data.
+        if self.sbuf.next_unsent().lt(a.ack_seq) {
+            self.stats.ctrl_ignored += 1;
+            return;
+        }
+        if let Some(info) = a.info {
+            self.stats.acks_recv += 1;
+            if self.pending.ackack_len < self.pending.ackacks.len() {
+                self.pending.ackacks[self.pending.ackack_len] = a.ack_no;
+                self.pending.ackack_len += 1;
+            }
+            if info.rtt_us > 0 {
+                self.update_rtt(u64::from(info.rtt_us));
+            }
+            self.peer_window = info.avail_buf_pkts;
+            if info.pkt_recv_rate > 0 {
+                self.peer_recv_rate_pps =
+                    ewma(self.peer_recv_rate_pps as u64, info.pkt_recv_rate as u64) as u32;
+            }
+            if info.recv_rate_bytes > 0 {
+                self.peer_recv_rate_bps =
+                    ewma(self.peer_recv_rate_bps, u64::from(info.recv_rate_bytes));
+            }
+            if info.link_capacity > 0 {
+                self.peer_bandwidth_pps =
+                    ewma(self.peer_bandwidth_pps as u64, info.link_capacity as u64) as u32;
+            }
+        }
+        let (pkts, bytes) = self.sbuf.ack(a.ack_seq);
+        if pkts > 0 {
+            self.stats.bytes_acked += bytes;
+            self.snd_loss.remove_before(self.sbuf.base());
+        }
+        if a.info.is_some() {
+            let ctx = self.cc_ctx(now_us);
+            self.cc.on_ack(&ctx, &mut self.ctl, a.ack_seq, pkts);
+            self.last_cc_ack_us = now_us;
+            // The send buffer must hold the whole window in flight, plus room to queue.
+            let want = self.window() + self.window() / 2 + 64;
+            while self.sbuf.cap() < want && self.sbuf.grow() {}
+        }
+        if self.state == State::Closing && self.sbuf.len() == 0 {
+            self.pending.shutdown = 2;
+            self.close_with(CloseReason::Local);
+        }
+    }
+
+    pub(super) fn on_nak(&mut self, now_us: u64, r: &LossRanges<'_>) {
+        self.stats.naks_recv += 1;
+        if self.sbuf.in_flight() == 0 {
+            return;
+        }
+        let base = self.sbuf.base();
+        let top = self.sbuf.next_unsent().sub(1);
+        let mut fresh = std::mem::take(&mut self.losses_scratch);
+        fresh.clear();
+        for (a, b) in r.iter() {
+            let (a, b) = (a.max(base), b.min(top));
+            if b.lt(a) {
+                continue;
+            }
+            self.snd_loss.insert(a, b);
+            // Periodic NAKs repeat old losses: only what was never reported is news for the
+            // controller and the loss counter.
+            if self.max_loss_seen.lt(b) {
+                let na = a.max(self.max_loss_seen.next());
+                self.stats.pkts_snd_loss += (b.diff(na) + 1) as u64;
+                self.max_loss_seen = b;
+                if fresh.len() < 4096 {
+                    fresh.push((na, b));
+                }
+            }
+        }
+        if !fresh.is_empty() {
+            let ctx = self.cc_ctx(now_us);
+            self.cc.on_loss(&ctx, &mut self.ctl, &fresh);
+        }
+        self.losses_scratch = fresh;
+    }
+
+    /// Live mode, sender: drops the oldest message and tells the receiver. Returns false when
+    /// the buffer is empty.
+    pub(super) fn sender_drop_oldest(&mut self) -> bool {
+        let Some((first, last, msg, n)) = self.sbuf.drop_oldest_message() else {
+            return false;
+        };
+        self.stats.pkts_snd_dropped += u64::from(n);
+        self.snd_loss.remove_before(self.sbuf.base());
+        self.pending.dropreq = Some(match self.pending.dropreq {
+            Some((_, f, _)) => (msg.get(), f, last),
+            None => (msg.get(), first, last),
+        });
+        true
+    }
+
+    /// Live mode, sender: packets older than the latency allows are useless to the receiver.
+    pub(super) fn sender_drop_too_late(&mut self, now_us: u64) {
+        if self.cfg.mode != Mode::Live {
+            return;
+        }
+        let threshold = (self.latency_us * 5 / 4 + 2 * SYN_INTERVAL_US).max(1_000_000);
+        while let Some(o) = self.sbuf.oldest_origin_us() {
+            if now_us.saturating_sub(o) <= threshold || !self.sender_drop_oldest() {
+                break;
+            }
+        }
+    }
+}
+
+fn ewma(old: u64, new: u64) -> u64 {
+    if old == 0 {
+        new
+    } else {
+        (old * 7 + new) / 8
+    }
+}

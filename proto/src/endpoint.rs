@@ -1,0 +1,513 @@
+//! An endpoint: many SRT connections on one UDP socket, demultiplexed by destination socket id,
+//! plus the listener's stateless half of the handshake (SYN cookie).
+//!
+//! # Calling protocol
+//!
+//! - Input: [`Endpoint::handle`] for every datagram the socket receives, with its source
+//!   address; [`Endpoint::handle_timeout`] once [`Endpoint::poll_timeout`] has passed.
+//! - Output: after any input, timeout or application operation, call
+//!   [`Endpoint::poll_transmit`] until it returns `None`, sending each datagram; then read
+//!   [`Endpoint::poll_timeout`] to know when to wake, and drain [`Endpoint::poll_event`].
+//! - Connections: [`Endpoint::connect`] starts a caller; [`Endpoint::listen`] makes incoming
+//!   handshakes welcome; [`Endpoint::conn`] gives access to a connection's application
+//!   operations; [`Endpoint::remove`] forgets a closed connection.
+//!
+//! A listener keeps no state for a peer until that peer returns the cookie of the induction
+//! response, so a flood of spoofed handshakes costs no memory. Every queue is bounded.
+
+use crate::cc::CcRegistry;
+use crate::conn::handshake::{peer_ip_field, srt_flags, HS_EXT_CONFIG, HS_EXT_HSREQ, SRT_VERSION};
+use crate::conn::{Accepted, ConnConfig, Connection, Event, Mode};
+use crate::seq::SeqNo;
+use crate::wire::{
+    Control, ControlBody, Handshake, HsExtensions, HsType, Packet, RejectReason, SlipstreamExt,
+    SrtFlags, SrtHs, HS_VERSION_SRT5, SRT_MAGIC,
+};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use std::collections::{HashMap, VecDeque};
+use std::hash::Hasher;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// Handle of a connection: its local SRT socket id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnId(pub u32);
+
+/// A datagram to send: `len` bytes of the buffer given to `poll_transmit`, to `dst`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    /// Destination.
+    pub dst: SocketAddr,
+    /// Length written into the buffer.
+    pub len: usize,
+}
+
+/// Endpoint-wide settings.
+#[derive(Debug, Clone)]
+pub struct EndpointConfig {
+    max_connections: usize,
+    seed: u64,
+    registry: CcRegistry,
+}
+
+impl Default for EndpointConfig {
+    fn default() -> Self {
+        EndpointConfig {
+            max_connections: 1024,
+            seed: 0x5eed,
+            registry: CcRegistry::default(),
+        }
+    }
+}
+
+impl EndpointConfig {
+    /// Most connections at once; further handshakes are rejected (`RESOURCE`). Default 1024.
+    pub fn set_max_connections(&mut self, n: usize) -> &mut Self {
+        self.max_connections = n.max(1);
+        self
+    }
+    /// Seed for socket ids, initial sequence numbers and the cookie secret. The runtime passes
+    /// OS randomness; tests pass a fixed seed.
+    pub fn set_seed(&mut self, seed: u64) -> &mut Self {
+        self.seed = seed;
+        self
+    }
+    /// The congestion controllers connections may name.
+    pub fn set_registry(&mut self, r: CcRegistry) -> &mut Self {
+        self.registry = r;
+        self
+    }
+    /// The registry.
+    pub fn registry(&self) -> &CcRegistry {
+        &self.registry
+    }
+}
+
+/// Why `connect` failed at once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// The endpoint already holds `max_connections`.
+    TooManyConnections,
+    /// No congestion controller of that name is registered.
+    UnknownCongestionControl(String),
+}
+
+impl core::fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            ConnectError::TooManyConnections => f.write_str("connection limit reached"),
+            ConnectError::UnknownCongestionControl(n) => {
+                write!(f, "unknown congestion control '{n}'")
+            }
+        }
+    }
+}
+impl std::error::Error for ConnectError {}
+
+/// Endpoint-level counters: everything dropped before it reached a connection.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct EndpointStats {
+    /// Datagrams received.
+    pub datagrams_in: u64,
+    /// Datagrams sent.
+    pub datagrams_out: u64,
+    /// Datagrams that did not parse (truncated, malformed, oversized).
+    pub malformed: u64,
+    /// Packets for a socket id we do not have.
+    pub unknown_socket: u64,
+    /// Packets for a known socket id from the wrong address.
+    pub wrong_source: u64,
+    /// Conclusions with a wrong or stale cookie.
+    pub bad_cookie: u64,
+    /// Handshakes we did not expect (no listener, wrong type or version).
+    pub handshake_ignored: u64,
+    /// Handshakes rejected (encryption asked, mode mismatch, limits).
+    pub rejected: u64,
+    /// Connections accepted.
+    pub accepted: u64,
+    /// Handshake responses dropped because the response queue was full.
+    pub response_overflow: u64,
+}
+
+const RESPONSE_QUEUE: usize = 64;
+const COOKIE_BUCKET: Duration = Duration::from_secs(60);
+
+/// Many connections on one socket. See the module docs for the calling protocol.
+#[derive(Debug)]
+pub struct Endpoint {
+    cfg: EndpointConfig,
+    start: Instant,
+    conns: Vec<Connection>,
+    index: HashMap<u32, usize>,
+    by_peer: HashMap<(SocketAddr, u32), u32>,
+    listener: Option<ConnConfig>,
+    rng: SmallRng,
+    secret: (u64, u64),
+    responses: VecDeque<(SocketAddr, u32, Handshake)>,
+    rr: usize,
+    stats: EndpointStats,
+}
+
+impl Endpoint {
+    /// A new endpoint; `now` anchors the cookie clock.
+    pub fn new(cfg: EndpointConfig, now: Instant) -> Self {
+        let mut rng = SmallRng::seed_from_u64(cfg.seed);
+        let secret = (rng.gen(), rng.gen());
+        Endpoint {
+            cfg,
+            start: now,
+            conns: Vec::new(),
+            index: HashMap::new(),
+            by_peer: HashMap::new(),
+            listener: None,
+            rng,
+            secret,
+            responses: VecDeque::with_capacity(RESPONSE_QUEUE),
+            rr: 0,
+            stats: EndpointStats::default(),
+        }
+    }
+
+    /// Accept incoming connections with this configuration (`None` stops accepting).
+    pub fn listen(&mut self, cfg: Option<ConnConfig>) {
+        self.listener = cfg;
+    }
+
+    /// Starts a caller connection to `remote`.
+    pub fn connect(
+        &mut self,
+        now: Instant,
+        remote: SocketAddr,
+        cfg: ConnConfig,
+    ) -> Result<ConnId, ConnectError> {
+        if self.conns.len() >= self.cfg.max_connections {
+            return Err(ConnectError::TooManyConnections);
+        }
+        let cc = self
+            .cfg
+            .registry
+            .build(cfg.cc())
+            .ok_or_else(|| ConnectError::UnknownCongestionControl(cfg.cc().to_string()))?;
+        let id = self.new_socket_id();
+        let isn = SeqNo::new(self.rng.gen());
+        self.insert(Connection::connect(now, id, remote, cfg, cc, isn));
+        Ok(ConnId(id))
+    }
+
+    fn new_socket_id(&mut self) -> u32 {
+        loop {
+            let id = self.rng.gen_range(1..0x3FFF_FFFF);
+            if !self.index.contains_key(&id) {
+                return id;
+            }
+        }
+    }
+
+    fn insert(&mut self, c: Connection) {
+        self.index.insert(c.local_id(), self.conns.len());
+        self.conns.push(c);
+    }
+
+    /// The connection `id`, for application operations.
+    pub fn conn(&mut self, id: ConnId) -> Option<&mut Connection> {
+        let i = *self.index.get(&id.0)?;
+        self.conns.get_mut(i)
+    }
+
+    /// Forgets a connection (closed or not: an open one is aborted first).
+    pub fn remove(&mut self, id: ConnId) {
+        let Some(i) = self.index.remove(&id.0) else {
+            return;
+        };
+        let c = self.conns.swap_remove(i);
+        self.by_peer.remove(&(c.peer_addr(), c.peer_id()));
+        if let Some(moved) = self.conns.get(i) {
+            self.index.insert(moved.local_id(), i);
+        }
+    }
+
+    /// Connections held.
+    pub fn len(&self) -> usize {
+        self.conns.len()
+    }
+    /// True when no connection is held.
+    pub fn is_empty(&self) -> bool {
+        self.conns.is_empty()
+    }
+    /// Ids of all connections.
+    pub fn ids(&self) -> impl Iterator<Item = ConnId> + '_ {
+        self.conns.iter().map(|c| ConnId(c.local_id()))
+    }
+    /// Endpoint counters.
+    pub fn stats(&self) -> EndpointStats {
+        self.stats
+    }
+
+    /// Processes one received datagram from `remote`.
+    pub fn handle(&mut self, now: Instant, remote: SocketAddr, datagram: &[u8]) {
+        self.stats.datagrams_in += 1;
+        let pkt = match Packet::parse(datagram) {
+            Ok(p) => p,
+            Err(_) => {
+                self.stats.malformed += 1;
+                return;
+            }
+        };
+        let dst = match &pkt {
+            Packet::Data(h, _) => h.dst_socket,
+            Packet::Control(c) => c.dst_socket,
+        };
+        if dst == 0 {
+            match &pkt {
+                Packet::Control(Control {
+                    body: ControlBody::Handshake(hs),
+                    timestamp,
+                    ..
+                }) => self.on_listener_handshake(now, remote, *timestamp, hs),
+                _ => self.stats.unknown_socket += 1,
+            }
+            return;
+        }
+        let Some(&i) = self.index.get(&dst) else {
+            self.stats.unknown_socket += 1;
+            return;
+        };
+        let c = &mut self.conns[i];
+        if c.peer_addr() != remote {
+            self.stats.wrong_source += 1;
+            return;
+        }
+        let was_connecting = c.peer_id() == 0;
+        c.handle_packet(now, &pkt);
+        if was_connecting && c.peer_id() != 0 {
+            self.by_peer.insert((remote, c.peer_id()), dst);
+        }
+    }
+
+    /// Processes expired timers of every connection.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for c in &mut self.conns {
+            if c.poll_timeout().is_some_and(|t| t <= now) {
+                c.handle_timeout(now);
+            }
+        }
+    }
+
+    /// The earliest deadline of any connection.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.conns.iter().filter_map(Connection::poll_timeout).min()
+    }
+
+    /// Writes the next datagram into `buf` (at least 1500 bytes, or the largest MSS in use).
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        while let Some((dst, sock, hs)) = self.responses.pop_front() {
+            let ts = now.saturating_duration_since(self.start).as_micros() as u32;
+            let ctl = Control {
+                timestamp: ts,
+                dst_socket: sock,
+                body: ControlBody::Handshake(hs),
+            };
+            if let Some(len) = ctl.emit(buf) {
+                self.stats.datagrams_out += 1;
+                return Some(Transmit { dst, len });
+            }
+        }
+        let n = self.conns.len();
+        for k in 0..n {
+            let i = (self.rr + k) % n;
+            let c = &mut self.conns[i];
+            if let Some(len) = c.poll_transmit(now, buf) {
+                // Stay on this connection while it has data; move on when it runs dry.
+                self.rr = i;
+                self.stats.datagrams_out += 1;
+                return Some(Transmit {
+                    dst: c.peer_addr(),
+                    len,
+                });
+            }
+        }
+        self.rr = if n > 0 { (self.rr + 1) % n } else { 0 };
+        None
+    }
+
+    /// The next connection event.
+    pub fn poll_event(&mut self) -> Option<(ConnId, Event)> {
+        self.conns
+            .iter_mut()
+            .find_map(|c| c.poll_event().map(|e| (ConnId(c.local_id()), e)))
+    }
+
+    // ---- listener ----
+
+    fn cookie(&self, remote: SocketAddr, bucket: u64) -> u32 {
+        let mut h = siphasher::sip::SipHasher13::new_with_keys(self.secret.0, self.secret.1);
+        match remote {
+            SocketAddr::V4(a) => h.write(&a.ip().octets()),
+            SocketAddr::V6(a) => h.write(&a.ip().octets()),
+        }
+        h.write_u16(remote.port());
+        h.write_u64(bucket);
+        h.finish() as u32
+    }
+
+    fn bucket(&self, now: Instant) -> u64 {
+        now.saturating_duration_since(self.start).as_secs() / COOKIE_BUCKET.as_secs()
+    }
+
+    fn respond(&mut self, remote: SocketAddr, dst: u32, hs: Handshake) {
+        if self.responses.len() >= RESPONSE_QUEUE {
+            self.stats.response_overflow += 1;
+            return;
+        }
+        self.responses.push_back((remote, dst, hs));
+    }
+
+    fn reject(&mut self, remote: SocketAddr, req: &Handshake, reason: RejectReason) {
+        self.stats.rejected += 1;
+        let mut rsp = req.clone();
+        rsp.hs_type = HsType::Reject(reason);
+        rsp.ext = HsExtensions::default();
+        rsp.extension_field = 0;
+        rsp.socket_id = 0;
+        self.respond(remote, req.socket_id, rsp);
+    }
+
+    fn on_listener_handshake(&mut self, now: Instant, remote: SocketAddr, ts: u32, hs: &Handshake) {
+        let Some(lcfg) = self.listener.clone() else {
+            self.stats.handshake_ignored += 1;
+            return;
+        };
+        match hs.hs_type {
+            HsType::Induction => {
+                let cookie = self.cookie(remote, self.bucket(now));
+                let rsp = Handshake {
+                    version: HS_VERSION_SRT5,
+                    encryption: 0,
+                    extension_field: SRT_MAGIC,
+                    initial_seq: hs.initial_seq,
+                    mss: hs.mss,
+                    flow_window: hs.flow_window,
+                    hs_type: HsType::Induction,
+                    socket_id: 0,
+                    cookie,
+                    peer_ip: peer_ip_field(remote),
+                    ext: HsExtensions::default(),
+                };
+                self.respond(remote, hs.socket_id, rsp);
+            }
+            HsType::Conclusion => self.on_conclusion(now, remote, ts, hs, lcfg),
+            _ => self.stats.handshake_ignored += 1,
+        }
+    }
+
+    fn on_conclusion(
+        &mut self,
+        now: Instant,
+        remote: SocketAddr,
+        ts: u32,
+        hs: &Handshake,
+        lcfg: ConnConfig,
+    ) {
+        let b = self.bucket(now);
+        if hs.cookie != self.cookie(remote, b)
+            && (b == 0 || hs.cookie != self.cookie(remote, b - 1))
+        {
+            self.stats.bad_cookie += 1;
+            return;
+        }
+        if let Some(&id) = self.by_peer.get(&(remote, hs.socket_id)) {
+            if let Some(c) = self.conn(ConnId(id)) {
+                c.resend_handshake();
+            }
+            return;
+        }
+        if hs.version != HS_VERSION_SRT5 {
+            return self.reject(remote, hs, RejectReason::VERSION);
+        }
+        if hs.ext.kmreq || hs.encryption != 0 {
+            // Encryption is not supported yet: say so clearly instead of timing out.
+            return self.reject(remote, hs, RejectReason::UNSECURE);
+        }
+        let Some(req) = hs.ext.hsreq else {
+            return self.reject(remote, hs, RejectReason::ROGUE);
+        };
+        let stream = req.flags.has(SrtFlags::STREAM);
+        if stream != (lcfg.mode() == Mode::File) {
+            return self.reject(remote, hs, RejectReason::MESSAGE_API);
+        }
+        let peer_live = hs.ext.congestion.as_deref().is_none_or(|c| c == b"live");
+        if peer_live != (lcfg.mode() == Mode::Live) {
+            return self.reject(remote, hs, RejectReason::CONGESTION);
+        }
+        if self.conns.len() >= self.cfg.max_connections {
+            return self.reject(remote, hs, RejectReason::RESOURCE);
+        }
+        let Some(cc) = self.cfg.registry.build(lcfg.cc()) else {
+            return self.reject(remote, hs, RejectReason::CONGESTION);
+        };
+        let local_id = self.new_socket_id();
+        let mut cfg = lcfg;
+        let mss = cfg.mss.min(hs.mss).max(76);
+        cfg.set_mss(mss);
+        let mut latency_us = cfg.latency.as_micros() as u64;
+        if cfg.mode() == Mode::Live {
+            let peer = u64::from(req.recv_tsbpd_delay_ms.max(req.send_tsbpd_delay_ms)) * 1000;
+            latency_us = latency_us.max(peer);
+        }
+        let lat_ms = (latency_us / 1000).min(u64::from(u16::MAX)) as u16;
+        let digest = cfg.file_digest
+            && hs
+                .ext
+                .slipstream
+                .is_some_and(|s| s.flags & SlipstreamExt::FILE_DIGEST != 0);
+        let mut ext = HsExtensions {
+            hsrsp: Some(SrtHs {
+                version: SRT_VERSION,
+                flags: srt_flags(cfg.mode()),
+                recv_tsbpd_delay_ms: lat_ms,
+                send_tsbpd_delay_ms: lat_ms,
+            }),
+            ..HsExtensions::default()
+        };
+        let mut ext_field = HS_EXT_HSREQ;
+        if digest {
+            ext.slipstream = Some(SlipstreamExt {
+                version: 1,
+                flags: SlipstreamExt::FILE_DIGEST,
+            });
+            ext_field |= HS_EXT_CONFIG;
+        }
+        let response = Handshake {
+            version: HS_VERSION_SRT5,
+            encryption: 0,
+            extension_field: ext_field,
+            initial_seq: hs.initial_seq,
+            mss,
+            flow_window: cfg.initial_window_pkts,
+            hs_type: HsType::Conclusion,
+            socket_id: local_id,
+            cookie: hs.cookie,
+            peer_ip: peer_ip_field(remote),
+            ext,
+        };
+        let acc = Accepted {
+            peer_id: hs.socket_id,
+            isn: hs.initial_seq,
+            mss,
+            peer_window: hs.flow_window,
+            latency_us,
+            peer_stream_id: hs.ext.stream_id.clone(),
+            digest_agreed: digest,
+            peer_ts: ts,
+            response,
+        };
+        let conn = Connection::accept(now, local_id, remote, cfg, cc, acc);
+        self.by_peer.insert((remote, hs.socket_id), local_id);
+        self.insert(conn);
+        self.stats.accepted += 1;
+    }
+}
