@@ -193,7 +193,9 @@ impl Endpoint {
             .build(cfg.cc())
             .ok_or_else(|| ConnectError::UnknownCongestionControl(cfg.cc().to_string()))?;
         let id = self.new_socket_id();
-        let isn = SeqNo::new(self.rng.gen());
+        let isn = cfg
+            .initial_seq
+            .unwrap_or_else(|| SeqNo::new(self.rng.gen()));
         self.insert(Connection::connect(now, id, remote, cfg, cc, isn));
         Ok(ConnId(id))
     }

@@ -30,6 +30,7 @@ pub struct ConnConfig {
     pub(crate) connect_timeout: Duration,
     pub(crate) linger: Duration,
     pub(crate) file_digest: bool,
+    pub(crate) initial_seq: Option<crate::seq::SeqNo>,
 }
 
 impl Default for ConnConfig {
@@ -56,6 +57,7 @@ impl Default for ConnConfig {
             // file mode; a transfer that cannot finish in a minute of silence is dead).
             linger: Duration::from_secs(60),
             file_digest: false,
+            initial_seq: None,
         }
     }
 }
@@ -145,6 +147,12 @@ impl ConnConfig {
     /// peers. Default off; the file transfer API turns it on.
     pub fn set_file_digest(&mut self, on: bool) -> &mut Self {
         self.file_digest = on;
+        self
+    }
+    /// Initial sequence number of a caller (default: random, as the protocol intends). Fixing
+    /// it is for tests, e.g. of sequence-number wrap-around.
+    pub fn set_initial_seq(&mut self, isn: Option<crate::seq::SeqNo>) -> &mut Self {
+        self.initial_seq = isn;
         self
     }
 }
