@@ -34,6 +34,8 @@ pub(super) struct HsState {
     pub cookie: u32,
     pub next_retry_us: u64,
     pub deadline_us: u64,
+    /// Caller: when the conclusion was first sent.
+    pub conclusion_sent_us: Option<u64>,
     /// Listener: our conclusion response, replayed when the caller repeats its conclusion.
     pub response: Option<Handshake>,
 }
@@ -92,6 +94,7 @@ impl Connection {
             cookie: 0,
             next_retry_us: 0,
             deadline_us,
+            conclusion_sent_us: None,
             response: None,
         };
         let mut c = Connection::new(now, local_id, peer_addr, Role::Caller, cfg, cc, isn, hs);
@@ -114,6 +117,7 @@ impl Connection {
             cookie: acc.response.cookie,
             next_retry_us: u64::MAX,
             deadline_us: u64::MAX,
+            conclusion_sent_us: None,
             response: Some(acc.response),
         };
         let mut c = Connection::new(
@@ -212,6 +216,9 @@ impl Connection {
                     return None;
                 }
                 self.hs.next_retry_us = now_us + super::HS_RETRY_US;
+                if self.hs.phase == Phase::Conclusion {
+                    self.hs.conclusion_sent_us.get_or_insert(now_us);
+                }
                 (self.caller_handshake(), 0)
             }
             Role::Listener => (self.hs.response.clone()?, self.peer_id),
@@ -264,6 +271,13 @@ impl Connection {
                         .slipstream
                         .is_some_and(|s| s.flags & SlipstreamExt::FILE_DIGEST != 0);
                 self.tsbpd_offset_us = now_us as i64 - i64::from(ts);
+                // The conclusion exchange is a round trip: a first RTT sample before any data,
+                // so the retransmission timer is sane on long paths from the start. Timed from
+                // the first conclusion: if that one was lost the sample is too long, which only
+                // makes the first timeouts more patient.
+                if let Some(t) = self.hs.conclusion_sent_us {
+                    self.update_rtt(now_us.saturating_sub(t));
+                }
                 self.hs.phase = Phase::Done;
                 self.establish(now_us, Event::Connected);
             }

@@ -155,6 +155,7 @@ pub struct Connection {
     peer_recv_rate_bps: u64,
     peer_bandwidth_pps: u32,
     last_cc_ack_us: u64,
+    acked_since_cc: u32,
     losses_scratch: Vec<(SeqNo, SeqNo)>,
     input_rate: InputRate,
 
@@ -268,6 +269,7 @@ impl Connection {
             peer_recv_rate_bps: 0,
             peer_bandwidth_pps: 0,
             last_cc_ack_us: 0,
+            acked_since_cc: 0,
             losses_scratch: Vec::with_capacity(64),
             input_rate: InputRate::default(),
             rbuf: RecvBuffer::new(payload_size, init, max_pkts, isn),
@@ -709,6 +711,10 @@ impl Connection {
             s.recv_rate_pps = self.peer_recv_rate_pps;
             s.recv_rate_bps = self.peer_recv_rate_bps;
         }
+        s.snd_loss_pkts = self.snd_loss.len();
+        s.snd_loss_ranges = self.snd_loss.range_count() as u32;
+        s.rcv_loss_pkts = self.rcv_loss.len();
+        s.rcv_loss_ranges = self.rcv_loss.range_count() as u32;
         s.mss = self.mss;
         s.latency_ms = (self.latency_us / 1000) as u32;
         s
@@ -732,7 +738,13 @@ impl Connection {
     fn exp_deadline_us(&self) -> u64 {
         let base =
             u64::from(self.exp_count) * (self.srtt_us + 4 * self.rttvar_us) + SYN_INTERVAL_US;
-        let min = u64::from(self.exp_count) * MIN_EXP_US;
+        // Until a real RTT sample exists, be as patient as TCP's initial RTO (RFC 6298: 1 s).
+        let floor = if self.rtt_sampled {
+            MIN_EXP_US
+        } else {
+            1_000_000
+        };
+        let min = u64::from(self.exp_count) * floor;
         let rto = self.ctl.rto.map(|d| d.as_micros() as u64).unwrap_or(0);
         self.last_rsp_us + base.max(min).max(rto)
     }

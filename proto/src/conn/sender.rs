@@ -139,10 +139,14 @@ impl Connection {
         if pkts > 0 {
             self.stats.bytes_acked += bytes;
             self.snd_loss.remove_before(self.sbuf.base());
+            self.acked_since_cc += pkts;
         }
         if a.info.is_some() {
+            // The controller hears full ACKs only, with everything freed since the last one
+            // (light ACKs included).
+            let newly = std::mem::take(&mut self.acked_since_cc);
             let ctx = self.cc_ctx(now_us);
-            self.cc.on_ack(&ctx, &mut self.ctl, a.ack_seq, pkts);
+            self.cc.on_ack(&ctx, &mut self.ctl, a.ack_seq, newly);
             self.last_cc_ack_us = now_us;
             // The send buffer must hold the whole window in flight, plus room to queue.
             let want = self.window() + self.window() / 2 + 64;
