@@ -476,6 +476,11 @@ impl Endpoint {
             ..HsExtensions::default()
         };
         let mut ext_field = HS_EXT_HSREQ;
+        if cfg.mode() != Mode::Live {
+            // libsrt callers in file mode insist that the listener declares "file" too.
+            ext.congestion = Some(b"file".to_vec());
+            ext_field |= HS_EXT_CONFIG;
+        }
         if digest {
             ext.slipstream = Some(SlipstreamExt {
                 version: 1,
