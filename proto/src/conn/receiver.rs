@@ -264,13 +264,11 @@ impl Connection {
             }
             break;
         }
-        if self.cfg.mode == Mode::Live {
-            if self.cfg.mode == Mode::Live
-                && self.rbuf.head().is_some()
-                && !self.live_deliverable(now_us)
-            {
-                return MsgRead::None;
-            }
+        if self.cfg.mode == Mode::Live
+            && self.rbuf.head().is_some()
+            && !self.live_deliverable(now_us)
+        {
+            return MsgRead::None;
         }
         self.rbuf.read_message(self.rcv_ack, buf)
     }

@@ -81,9 +81,6 @@ impl RecvBuffer {
     pub fn cap(&self) -> usize {
         self.cap
     }
-    pub fn max_cap(&self) -> usize {
-        self.max_cap
-    }
     pub fn count(&self) -> usize {
         self.count
     }
@@ -107,12 +104,6 @@ impl RecvBuffer {
     pub fn free_after(&self, upto: SeqNo) -> usize {
         let used = upto.diff(self.read_seq).max(0) as usize;
         self.cap.saturating_sub(used)
-    }
-
-    /// Whether `seq` fits in the window.
-    pub fn in_window(&self, seq: SeqNo) -> bool {
-        let off = seq.diff(self.read_seq);
-        off >= 0 && (off as usize) < self.cap
     }
 
     pub fn insert(

@@ -70,14 +70,8 @@ impl SendBuffer {
         }
     }
 
-    pub fn slot_size(&self) -> usize {
-        self.slot_size
-    }
     pub fn cap(&self) -> usize {
         self.cap
-    }
-    pub fn max_cap(&self) -> usize {
-        self.max_cap
     }
     pub fn len(&self) -> usize {
         self.len

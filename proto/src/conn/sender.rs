@@ -86,7 +86,7 @@ impl Connection {
         }
         // Pacing. The first packet of each probe pair (sequence % 16 == 0) is followed at once
         // by the next, so the receiver can estimate the link capacity from their spacing.
-        if rexmit || seq.get() % 16 != 0 {
+        if rexmit || !seq.get().is_multiple_of(16) {
             let period = if self.ctl.send_period_us.is_finite() {
                 self.ctl.send_period_us.max(0.0)
             } else {
