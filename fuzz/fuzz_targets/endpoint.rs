@@ -15,7 +15,9 @@ fuzz_target!(|input: &[u8]| {
         1 => Mode::Message,
         _ => Mode::Live,
     };
-    let cfg = ConnConfig::new(mode);
+    let mut cfg = ConnConfig::new(mode);
+    // Small buffers keep each run cheap; the logic is the same at any size.
+    cfg.set_initial_window(32).set_buffer_cap(64 << 10);
     p.b.listen(Some(cfg.clone()));
     let (now, b) = (p.now, p.b_addr);
     let ca = p.a.connect(now, b, cfg).expect("connect");

@@ -52,7 +52,7 @@ fn sequence_numbers_wrap() {
 fn fifty_megabytes_through_5pct_loss_at_100ms_rtt() {
     let s = seed(4);
     let _g = SeedGuard(s);
-    let cc = std::env::var("SLIPSTREAM_CC").unwrap_or_else(|_| "file".into());
+    let cc = std::env::var("SLIPSTREAM_CC").unwrap_or_else(|_| "bbr".into());
     let mut p = Pair::new(s, path(50, 0.05, Some(100_000_000)), path(50, 0.05, None));
     let mut cfg = file_cfg();
     cfg.set_cc(&cc);
@@ -73,7 +73,7 @@ fn fifty_megabytes_through_5pct_loss_at_100ms_rtt() {
 fn two_flows_share_a_bottleneck_fairly() {
     let s = seed(5);
     let _g = SeedGuard(s);
-    let cc = std::env::var("SLIPSTREAM_CC").unwrap_or_else(|_| "file".into());
+    let cc = std::env::var("SLIPSTREAM_CC").unwrap_or_else(|_| "bbr".into());
     let mut link = path(10, 0.0, Some(50_000_000));
     link.queue_bytes = 200_000;
     let mut p = Pair::new(s, link, path(10, 0.0, None));

@@ -96,8 +96,9 @@ impl ConnConfig {
     pub fn stream_id(&self) -> Option<&[u8]> {
         self.stream_id.as_deref()
     }
-    /// Congestion controller name from the endpoint's registry. Default: "file" for file and
-    /// message mode, "live" for live mode.
+    /// Congestion controller name from the endpoint's registry. Default: "bbr" (model-based,
+    /// loss-tolerant) for file and message mode, "live" for live mode. "file"/"udt" select
+    /// UDT's native control, as libsrt's file mode uses.
     pub fn set_cc(&mut self, name: &str) -> &mut Self {
         self.cc = name.to_string();
         self
@@ -109,7 +110,7 @@ impl ConnConfig {
         } else if self.mode == Mode::Live {
             "live"
         } else {
-            "file"
+            "bbr"
         }
     }
     /// Maximum sending bandwidth in bytes per second (0 = no cap; live mode then uses

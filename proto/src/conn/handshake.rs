@@ -34,7 +34,8 @@ pub(super) struct HsState {
     pub cookie: u32,
     pub next_retry_us: u64,
     pub deadline_us: u64,
-    /// Caller: when the conclusion was first sent.
+    /// When our conclusion (caller) or conclusion response (listener) was first sent; the
+    /// answer to it is the connection's first RTT sample.
     pub conclusion_sent_us: Option<u64>,
     /// Listener: our conclusion response, replayed when the caller repeats its conclusion.
     pub response: Option<Handshake>,
@@ -221,7 +222,12 @@ impl Connection {
                 }
                 (self.caller_handshake(), 0)
             }
-            Role::Listener => (self.hs.response.clone()?, self.peer_id),
+            Role::Listener => {
+                if !self.rtt_sampled {
+                    self.hs.conclusion_sent_us.get_or_insert(now_us);
+                }
+                (self.hs.response.clone()?, self.peer_id)
+            }
         };
         Control {
             timestamp: now_us as u32,
@@ -229,6 +235,15 @@ impl Connection {
             body: ControlBody::Handshake(hs),
         }
         .emit(buf)
+    }
+
+    /// Listener: the first packet after our response closes the handshake's round trip.
+    pub(super) fn listener_rtt_sample(&mut self, now_us: u64) {
+        if self.role == Role::Listener && !self.rtt_sampled {
+            if let Some(t) = self.hs.conclusion_sent_us.take() {
+                self.update_rtt(now_us.saturating_sub(t));
+            }
+        }
     }
 
     pub(super) fn on_handshake(&mut self, now_us: u64, ts: u32, hs: &Handshake) {

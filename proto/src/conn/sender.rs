@@ -75,7 +75,11 @@ impl Connection {
         hdr.emit(head.try_into().ok()?);
         rest.copy_from_slice(payload);
         let bytes = payload.len();
-        self.sbuf.mark_sent(seq, now_us);
+        if self.sbuf.in_flight() == 0 {
+            // The retransmission timer runs from the moment something is outstanding.
+            self.rto_base_us = now_us;
+        }
+        self.sbuf.mark_sent(seq, now_us, rexmit);
         self.stats.pkts_sent += 1;
         self.stats.bytes_sent += bytes as u64;
         if rexmit {
@@ -137,6 +141,8 @@ impl Connection {
         }
         let (pkts, bytes) = self.sbuf.ack(a.ack_seq);
         if pkts > 0 {
+            self.rto_base_us = now_us;
+            self.exp_count = 1;
             self.stats.bytes_acked += bytes;
             self.snd_loss.remove_before(self.sbuf.base());
             self.acked_since_cc += pkts;
