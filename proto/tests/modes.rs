@@ -239,3 +239,52 @@ fn mode_mismatch_is_rejected() {
     );
     assert!(p.b.is_empty(), "listener kept state for a rejected caller");
 }
+
+/// Live mode with multi-packet messages and a latency below the repair time: a message whose
+/// tail is lost is dropped whole when later ones are due, and delivery never stalls.
+#[test]
+fn live_mode_drops_incomplete_messages_without_stalling() {
+    let s = seed(17);
+    let _g = SeedGuard(s);
+    let mut p = Pair::new(s, path(40, 0.05, None), path(40, 0.05, None));
+    let mut cfg = ConnConfig::new(Mode::Live);
+    cfg.set_latency(Duration::from_millis(20));
+    let (ca, cb) = connect(&mut p, cfg);
+    let (mut sent, mut got) = (0u32, 0u32);
+    let mut last = None;
+    let mut next_send = p.now;
+    let mut buf = vec![0u8; 10_000];
+    let end = p.now + Duration::from_secs(10);
+    p.run_until(Duration::from_secs(12), |p| {
+        let now = p.now;
+        if now < end && now >= next_send {
+            let mut m = vec![(sent % 251) as u8; 4000]; // three packets each
+            m[..4].copy_from_slice(&sent.to_be_bytes());
+            p.a.conn(ca).unwrap().send_message(now, &m).unwrap();
+            sent += 1;
+            next_send += Duration::from_millis(10);
+        }
+        while let Ok(n) = p.b.conn(cb).unwrap().recv_message(now, &mut buf) {
+            assert_eq!(n, 4000, "partial message delivered");
+            let i = u32::from_be_bytes(buf[..4].try_into().unwrap());
+            assert!(
+                buf[4..n].iter().all(|&b| b == (i % 251) as u8),
+                "message {i} corrupted"
+            );
+            assert!(
+                last.is_none_or(|l| i > l),
+                "out of order: {i} after {last:?}"
+            );
+            last = Some(i);
+            got += 1;
+        }
+        false
+    });
+    let st = p.b.conn(cb).unwrap().stats(p.now);
+    assert!(st.pkts_rcv_dropped > 0, "expected too-late drops: {st:?}");
+    assert!(got > sent / 2, "delivered only {got} of {sent}");
+    assert!(
+        last.unwrap() >= sent - 5,
+        "delivery stalled at {last:?} of {sent}"
+    );
+}

@@ -186,6 +186,7 @@ pub struct Connection {
     last_send_us: u64,
     exp_count: u32,
     rto_base_us: u64,
+    last_timer_us: u64,
     linger_deadline: Option<u64>,
     peer_shutdown: bool,
 
@@ -296,6 +297,7 @@ impl Connection {
             last_send_us: 0,
             exp_count: 1,
             rto_base_us: 0,
+            last_timer_us: 0,
             linger_deadline: None,
             peer_shutdown: false,
             pending: Pending::default(),

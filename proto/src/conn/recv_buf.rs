@@ -265,6 +265,17 @@ impl RecvBuffer {
         })
     }
 
+    /// The first present packet after the first hole at or after the head (scanning up to
+    /// `limit`): where delivery can resume if the hole is given up.
+    pub fn first_present_after_hole(&self, limit: SeqNo) -> Option<(SeqNo, RSlot)> {
+        let avail = (limit.diff(self.read_seq).max(0) as usize).min(self.cap);
+        let hole = (0..avail).find(|&k| !self.meta[self.idx(k)].present)?;
+        (hole + 1..avail).find_map(|k| {
+            let m = self.meta[self.idx(k)];
+            m.present.then(|| (self.read_seq.add(k as u32), m))
+        })
+    }
+
     /// Doubles the capacity up to the cap. Returns whether it grew.
     pub fn grow(&mut self) -> bool {
         if self.cap >= self.max_cap {

@@ -114,11 +114,22 @@ impl Pair {
     /// `done` may also act as the application (send, receive). Returns whether `done` held.
     pub fn run_until(&mut self, limit: Duration, mut done: impl FnMut(&mut Pair) -> bool) -> bool {
         let end = self.now + limit;
+        let mut stuck = 0u32;
         while self.now < end {
             if done(self) {
                 return true;
             }
+            let before = self.now;
             self.step(Duration::from_millis(5));
+            // A deadline that is reported but never consumed would spin a real event loop;
+            // here it is a failure, not a hang.
+            stuck = if self.now == before { stuck + 1 } else { 0 };
+            assert!(
+                stuck < 100_000,
+                "virtual time stuck at {:?} (seed {})",
+                self.elapsed(),
+                self.seed
+            );
         }
         done(self)
     }
