@@ -7,7 +7,9 @@
 //! per window of data (losses of packets sent before the last halving are old news), and a
 //! timeout reaction.
 //!
-//! Run with `cargo run --example tcp_cc`.
+//! Run with `cargo run --example tcp_cc -- send FILE srt://HOST:PORT --cc tcp` (the full
+//! slipstream command line, with "tcp" registered); `cargo test --example tcp_cc` runs the
+//! controller's self-check.
 
 use slipstream_proto::cc::{CcContext, CcControl, CcRegistry, CongestionControl};
 use slipstream_proto::seq::SeqNo;
@@ -59,16 +61,23 @@ impl CongestionControl for SimpleTcp {
     }
 }
 
-// The CLI hook (slipstream::cli::run_with) is wired in by the integrator.
-fn main() -> ExitCode {
+/// The slipstream command line with "tcp" available: `--cc tcp`.
+fn registry() -> CcRegistry {
     let mut registry = CcRegistry::default();
     registry.register("tcp", || Box::new(SimpleTcp::default()));
-    let names: Vec<&str> = registry.names().collect();
-    println!("congestion controllers: {}", names.join(", "));
-    self_check(&registry);
-    ExitCode::SUCCESS
+    registry
 }
 
+fn main() -> ExitCode {
+    slipstream::cli::run_with(registry())
+}
+
+#[test]
+fn tcp_controller_self_check() {
+    self_check(&registry());
+}
+
+#[cfg(test)]
 /// Drives the registered "tcp" controller through a few events and checks its reactions.
 fn self_check(registry: &CcRegistry) {
     let ctx = |last_sent: u32| CcContext {

@@ -8,8 +8,10 @@
 //! - [`cli`]: the `slipstream` command line.
 
 pub mod api;
+pub mod cli;
 pub mod datapath;
 mod runtime;
+pub mod transfer;
 
 pub use api::{Connection, Endpoint, EndpointOptions};
 pub use slipstream_proto as proto;

@@ -160,11 +160,14 @@ impl IoLoop {
             self.shared.io_sleeping.store(false, Ordering::Release);
 
             let mut g = self.shared.lock();
-            let now = Instant::now();
             for (i, m) in self.rx_metas[..n].iter().enumerate() {
                 let at = i * self.slot;
-                g.ep.handle(now, m.src, &self.rx_buf[at..at + m.len]);
+                // A clock read per datagram: the receiver's packet-pair bandwidth probe
+                // measures the gap between two datagrams, which one shared timestamp per
+                // batch would make zero.
+                g.ep.handle(Instant::now(), m.src, &self.rx_buf[at..at + m.len]);
             }
+            let now = Instant::now();
             let mut fired = false;
             if g.ep.poll_timeout().is_some_and(|t| t <= now) {
                 g.ep.handle_timeout(now);

@@ -1,10 +1,11 @@
 //! The portable datapath: one `std::net::UdpSocket`, one system call per datagram.
 //!
-//! Blocking with a timeout uses `SO_RCVTIMEO`; draining the rest of a batch uses non-blocking
-//! mode. The socket stays non-blocking while datagrams keep arriving, so a busy receiver makes
-//! no extra mode-switch calls.
+//! The socket is non-blocking; waiting uses `ppoll(2)`, whose high-resolution timeout keeps
+//! the engine's pacing deadlines (`SO_RCVTIMEO` would round them up to scheduler ticks, which
+//! throttled a paced sender to a fraction of its rate).
 
 use super::{Datapath, DatapathStats, RxMeta, Transmit, Waker};
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
@@ -22,8 +23,6 @@ pub struct StdUdp {
     sock: UdpSocket,
     waker_sock: Arc<UdpSocket>,
     waker_addr: SocketAddr,
-    nonblocking: bool,
-    read_timeout: Option<Duration>,
     stats: DatapathStats,
 }
 
@@ -39,6 +38,7 @@ impl StdUdp {
         let _ = sock.set_recv_buffer_size(SOCKET_BUFFER);
         sock.bind(&addr.into())?;
         let sock: UdpSocket = sock.into();
+        sock.set_nonblocking(true)?;
         let local = sock.local_addr()?;
         let loopback = match local.ip() {
             IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
@@ -51,21 +51,27 @@ impl StdUdp {
             sock,
             waker_sock: Arc::new(waker_sock),
             waker_addr,
-            nonblocking: false,
-            read_timeout: None,
             stats: DatapathStats::default(),
         })
     }
 
-    fn set_nonblocking(&mut self, on: bool) -> io::Result<()> {
-        if self.nonblocking != on {
-            self.sock.set_nonblocking(on)?;
-            self.nonblocking = on;
+    /// Waits until the socket is readable (or writable with `out`), at most `timeout`.
+    /// Returns false on timeout.
+    fn wait(&self, out: bool, timeout: Option<Duration>) -> io::Result<bool> {
+        let flags = if out { PollFlags::OUT } else { PollFlags::IN };
+        let ts = timeout.map(|t| Timespec {
+            tv_sec: t.as_secs() as _,
+            tv_nsec: t.subsec_nanos() as _,
+        });
+        let mut fds = [PollFd::new(&self.sock, flags)];
+        match poll(&mut fds, ts.as_ref()) {
+            Ok(n) => Ok(n > 0),
+            Err(rustix::io::Errno::INTR) => Ok(true),
+            Err(e) => Err(e.into()),
         }
-        Ok(())
     }
 
-    /// One receive into `slot` in the socket's current mode.
+    /// One non-blocking receive into `slot`.
     fn recv_one(&mut self, slot: &mut [u8]) -> io::Result<Rx> {
         loop {
             match self.sock.recv_from(slot) {
@@ -115,10 +121,9 @@ impl Datapath for StdUdp {
                         break;
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        // The socket is non-blocking for receiving; a full send buffer is
-                        // back-pressure, so wait for room.
+                        // A full socket buffer is back-pressure: wait for room.
                         self.stats.send_would_block += 1;
-                        self.set_nonblocking(false)?;
+                        self.wait(true, None)?;
                     }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(e) if e.raw_os_error() == Some(ENOBUFS) => {
@@ -148,37 +153,28 @@ impl Datapath for StdUdp {
         }
         // First datagram: try without waiting, then wait if allowed. A waker datagram ends
         // the call: the caller has new work.
-        self.set_nonblocking(true)?;
-        let mut first = self.recv_one(&mut bufs[..stride])?;
-        if matches!(first, Rx::Empty) && timeout != Some(Duration::ZERO) {
-            let deadline = timeout.map(|t| Instant::now() + t);
-            loop {
-                let wait = match deadline {
-                    Some(d) => match d.checked_duration_since(Instant::now()) {
-                        Some(w) if !w.is_zero() => Some(w),
-                        _ => break,
-                    },
-                    None => None,
-                };
-                self.set_nonblocking(false)?;
-                if self.read_timeout != wait {
-                    self.sock.set_read_timeout(wait)?;
-                    self.read_timeout = wait;
-                }
-                first = self.recv_one(&mut bufs[..stride])?;
-                // Empty after a blocking call means the timeout passed (or a spurious
-                // wake-up); the deadline check above ends the loop when it is due.
-                if !matches!(first, Rx::Empty) {
-                    break;
-                }
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let first = loop {
+            match self.recv_one(&mut bufs[..stride])? {
+                Rx::Empty => {}
+                other => break other,
             }
-        }
+            let wait = match deadline {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(w) if !w.is_zero() => Some(w),
+                    _ => break Rx::Empty,
+                },
+                None => None,
+            };
+            if !self.wait(false, wait)? {
+                break Rx::Empty;
+            }
+        };
         let Rx::Got(len, src) = first else {
             return Ok(0);
         };
         metas[0] = RxMeta { src, len };
         let mut n = 1;
-        self.set_nonblocking(true)?;
         while n < max {
             match self.recv_one(&mut bufs[n * stride..(n + 1) * stride])? {
                 Rx::Got(len, src) => {
