@@ -14,7 +14,6 @@
 use slipstream_proto::cc::{CcContext, CcControl, CcRegistry, CongestionControl};
 use slipstream_proto::seq::SeqNo;
 use std::process::ExitCode;
-use std::time::Duration;
 
 /// TCP-like window control (Composable UDT, Fig. 5, plus slow start).
 #[derive(Debug, Default)]
@@ -82,8 +81,8 @@ fn tcp_controller_self_check() {
 fn self_check(registry: &CcRegistry) {
     let ctx = |last_sent: u32| CcContext {
         now_us: 0,
-        rtt: Duration::from_millis(10),
-        rtt_var: Duration::from_millis(1),
+        rtt: std::time::Duration::from_millis(10),
+        rtt_var: std::time::Duration::from_millis(1),
         bandwidth_pps: 0,
         recv_rate_pps: 0,
         recv_rate_bps: 0,
@@ -91,7 +90,7 @@ fn self_check(registry: &CcRegistry) {
         payload_size: 1456,
         flow_window: 8192,
         last_sent_seq: SeqNo::new(last_sent),
-        syn_interval: Duration::from_millis(10),
+        syn_interval: std::time::Duration::from_millis(10),
         pkts_sent: 0,
         pkts_lost: 0,
         max_bw_bps: 0,
