@@ -481,9 +481,29 @@ impl Connection {
             WAIT_SLICE
         };
         let mut g = self.shared.lock();
+        // When the end was first reported while live data was still waiting for its play
+        // time (see below), and how long that data may take.
+        let mut drain_until: Option<Instant> = None;
         loop {
             let c = g.ep.conn(self.id).ok_or_else(gone)?;
-            match c.recv_message(Instant::now(), buf) {
+            let now = Instant::now();
+            let r = match c.recv_message(now, buf) {
+                // Workaround: in live mode the engine reports the end (`Ok(0)`) as soon as the
+                // peer's shutdown arrives, even while received messages still wait in the
+                // buffer for their delivery time. Keep reading them until they are delivered
+                // (or the latency plus a margin has passed).
+                Ok(0) if self.mode == Mode::Live && c.stats(now).rcv_buf_pkts > 0 => {
+                    let until =
+                        *drain_until.get_or_insert(now + self.latency + Duration::from_secs(1));
+                    if now < until {
+                        Err(RecvError::WouldBlock)
+                    } else {
+                        Ok(0)
+                    }
+                }
+                r => r,
+            };
+            match r {
                 Ok(n) => return Ok(n),
                 Err(RecvError::WouldBlock) => {
                     let wait = match deadline {

@@ -86,7 +86,10 @@ fn file_mode_transfer_is_verified() {
     let payload = data(4 << 20, 1);
     transfer_verified(&p, &payload);
     let s = p.client.stats().unwrap();
-    assert_eq!(s.bytes_acked, payload.len() as u64 + transfer::TRAILER_LEN as u64);
+    assert_eq!(
+        s.bytes_acked,
+        payload.len() as u64 + transfer::TRAILER_LEN as u64
+    );
 }
 
 #[test]
@@ -126,7 +129,10 @@ fn message_mode_round_trip() {
         let got = rx.join().unwrap();
         assert_eq!(got.len(), sizes.len());
         for (i, (m, &n)) in got.iter().zip(&sizes).enumerate() {
-            assert!(*m == data(n, i as u64 + 10), "message {i} of {n} bytes differs");
+            assert!(
+                *m == data(n, i as u64 + 10),
+                "message {i} of {n} bytes differs"
+            );
         }
     });
     // A too-small buffer is an error that names the size needed, not a truncation.

@@ -6,7 +6,7 @@ use super::uri::{Uri, UriMode};
 use super::{conn_config, endpoint_options, open, CliResult, Common, Summary};
 use crate::api::{Connection, Endpoint};
 use slipstream_proto::cc::CcRegistry;
-use slipstream_proto::conn::{Mode, State};
+use slipstream_proto::conn::Mode;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, UdpSocket};
@@ -120,12 +120,7 @@ impl Source {
             Source::Srt(c, _) => match c.recv_message_timeout(buf, POLL) {
                 Ok(0) => Ok(Got::End),
                 Ok(n) => Ok(Got::Msg(n)),
-                Err(e)
-                    if e.kind() == io::ErrorKind::TimedOut
-                        && c.state().is_ok_and(|s| !matches!(s, State::Closed(_))) =>
-                {
-                    Ok(Got::Idle)
-                }
+                Err(e) if e.kind() == io::ErrorKind::TimedOut => Ok(Got::Idle),
                 Err(e) => Err(e),
             },
             Source::Reader(r) => {
@@ -163,7 +158,16 @@ impl Sink {
     fn finish(&mut self) -> io::Result<()> {
         match self {
             Sink::Udp(..) => Ok(()),
-            Sink::Srt(c, _) => c.close(),
+            Sink::Srt(c, _) => {
+                // A live close discards what is still queued (as libsrt's zero linger in live
+                // mode); give the queue up to the latency plus a second to drain first, so a
+                // finite source (a file) arrives whole.
+                let until = Instant::now() + c.latency() + Duration::from_secs(1);
+                while c.unacknowledged()? > 0 && Instant::now() < until {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                c.close()
+            }
             Sink::Writer(w) => w.flush(),
         }
     }
