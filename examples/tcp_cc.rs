@@ -7,12 +7,13 @@
 //! per window of data (losses of packets sent before the last halving are old news), and a
 //! timeout reaction.
 //!
-//! Run with `cargo run --example tcp_cc`.
+//! Run with `cargo run --example tcp_cc -- send FILE srt://HOST:PORT --cc tcp` (the full
+//! slipstream command line, with "tcp" registered); `cargo test --example tcp_cc` runs the
+//! controller's self-check.
 
 use slipstream_proto::cc::{CcContext, CcControl, CcRegistry, CongestionControl};
 use slipstream_proto::seq::SeqNo;
 use std::process::ExitCode;
-use std::time::Duration;
 
 /// TCP-like window control (Composable UDT, Fig. 5, plus slow start).
 #[derive(Debug, Default)]
@@ -59,22 +60,29 @@ impl CongestionControl for SimpleTcp {
     }
 }
 
-// The CLI hook (slipstream::cli::run_with) is wired in by the integrator.
-fn main() -> ExitCode {
+/// The slipstream command line with "tcp" available: `--cc tcp`.
+fn registry() -> CcRegistry {
     let mut registry = CcRegistry::default();
     registry.register("tcp", || Box::new(SimpleTcp::default()));
-    let names: Vec<&str> = registry.names().collect();
-    println!("congestion controllers: {}", names.join(", "));
-    self_check(&registry);
-    ExitCode::SUCCESS
+    registry
 }
 
+fn main() -> ExitCode {
+    slipstream::cli::run_with(registry())
+}
+
+#[test]
+fn tcp_controller_self_check() {
+    self_check(&registry());
+}
+
+#[cfg(test)]
 /// Drives the registered "tcp" controller through a few events and checks its reactions.
 fn self_check(registry: &CcRegistry) {
     let ctx = |last_sent: u32| CcContext {
         now_us: 0,
-        rtt: Duration::from_millis(10),
-        rtt_var: Duration::from_millis(1),
+        rtt: std::time::Duration::from_millis(10),
+        rtt_var: std::time::Duration::from_millis(1),
         bandwidth_pps: 0,
         recv_rate_pps: 0,
         recv_rate_bps: 0,
@@ -82,7 +90,7 @@ fn self_check(registry: &CcRegistry) {
         payload_size: 1456,
         flow_window: 8192,
         last_sent_seq: SeqNo::new(last_sent),
-        syn_interval: Duration::from_millis(10),
+        syn_interval: std::time::Duration::from_millis(10),
         pkts_sent: 0,
         pkts_lost: 0,
         max_bw_bps: 0,

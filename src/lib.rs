@@ -1,1 +1,19 @@
 //! slipstream: a user-space transport stack over UDP that speaks SRT.
+//!
+//! - [`api`]: the blocking API, [`Endpoint`] and [`Connection`].
+//! - [`runtime`]: the per-endpoint I/O thread driving the sans-IO engine
+//!   ([`slipstream_proto`]).
+//! - [`datapath`]: batched datagram I/O backends and the loss-injecting [`datapath::Impaired`].
+//! - [`transfer`]: file transfer with an end-to-end BLAKE3 digest trailer.
+//! - [`cli`]: the `slipstream` command line.
+
+pub mod api;
+pub mod cli;
+pub mod datapath;
+mod runtime;
+pub mod transfer;
+
+pub use api::{Connection, Endpoint, EndpointOptions};
+pub use slipstream_proto as proto;
+pub use slipstream_proto::conn::{CloseReason, ConnConfig, ConnStats, Mode};
+pub use slipstream_proto::endpoint::EndpointStats;

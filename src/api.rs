@@ -1,0 +1,619 @@
+//! The blocking application API: [`Endpoint`] (one UDP socket, its I/O thread, a listener and
+//! any number of connections) and [`Connection`] (stream, message and live operations).
+//!
+//! Every operation locks the endpoint's shared state once, runs the engine's application
+//! operation, wakes the I/O thread if it queued data, and otherwise waits on the endpoint's
+//! condition variable. Errors are `io::Error`s with precise kinds and the engine's reason text.
+
+use crate::datapath::{self, DatapathStats, Impaired, Impairment};
+use crate::runtime::{self, Shared, State};
+use slipstream_proto::cc::CcRegistry;
+use slipstream_proto::conn::State as ConnState;
+use slipstream_proto::conn::{CloseReason, ConnConfig, ConnStats, Mode, RecvError, SendError};
+use slipstream_proto::endpoint::{ConnId, EndpointConfig, EndpointStats};
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+use std::sync::{Arc, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Longest single wait on the condition variable before re-checking (a safety net: the I/O
+/// thread notifies on every change).
+const WAIT_SLICE: Duration = Duration::from_millis(100);
+/// Live-mode reads re-check at least this often: delivery times pass without a packet.
+const LIVE_SLICE: Duration = Duration::from_millis(2);
+
+/// Settings of an [`Endpoint`].
+#[derive(Debug, Clone)]
+pub struct EndpointOptions {
+    datapath: String,
+    impairment: Option<Impairment>,
+    max_connections: usize,
+    registry: CcRegistry,
+    seed: Option<u64>,
+}
+
+impl Default for EndpointOptions {
+    fn default() -> Self {
+        EndpointOptions {
+            // The portable backend; the only one so far.
+            datapath: "std".into(),
+            impairment: None,
+            // The engine's default limit.
+            max_connections: 1024,
+            registry: CcRegistry::default(),
+            seed: None,
+        }
+    }
+}
+
+impl EndpointOptions {
+    /// Datagram backend by name. Default "std" (the only one so far).
+    pub fn set_datapath(&mut self, name: &str) -> &mut Self {
+        self.datapath = name.to_string();
+        self
+    }
+    /// Pass outgoing datagrams through a simulated link (loss, delay, ...). Default none.
+    pub fn set_impairment(&mut self, imp: Option<Impairment>) -> &mut Self {
+        self.impairment = imp;
+        self
+    }
+    /// Most connections at once. Default 1024.
+    pub fn set_max_connections(&mut self, n: usize) -> &mut Self {
+        self.max_connections = n;
+        self
+    }
+    /// Congestion controllers connections may name. Default: the built-in "file" and "live".
+    pub fn set_registry(&mut self, r: CcRegistry) -> &mut Self {
+        self.registry = r;
+        self
+    }
+    /// The registry.
+    pub fn registry(&self) -> &CcRegistry {
+        &self.registry
+    }
+    /// Fixed seed for socket ids and sequence numbers (tests). Default: OS randomness.
+    pub fn set_seed(&mut self, seed: Option<u64>) -> &mut Self {
+        self.seed = seed;
+        self
+    }
+}
+
+fn os_seed() -> u64 {
+    let mut h = RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
+/// Maps a connection's end to an `io::Error` carrying the engine's explanation.
+pub fn close_error(r: CloseReason) -> io::Error {
+    let kind = match r {
+        CloseReason::Local | CloseReason::PeerShutdown => io::ErrorKind::BrokenPipe,
+        CloseReason::PeerIdle | CloseReason::ConnectTimeout | CloseReason::LingerTimeout => {
+            io::ErrorKind::TimedOut
+        }
+        CloseReason::Rejected(_) => io::ErrorKind::ConnectionRefused,
+        CloseReason::Aborted => io::ErrorKind::ConnectionAborted,
+        _ => io::ErrorKind::Other,
+    };
+    io::Error::new(kind, r.to_string())
+}
+
+fn send_error(e: SendError) -> io::Error {
+    match e {
+        SendError::TooLarge => io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "message larger than the send buffer can ever hold",
+        ),
+        SendError::WrongMode => io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "wrong operation for this connection's mode (stream send vs message send)",
+        ),
+        SendError::NotConnected => {
+            io::Error::new(io::ErrorKind::NotConnected, "connection not established")
+        }
+        SendError::Closed(Some(r)) => close_error(r),
+        SendError::Closed(None) => io::Error::new(
+            io::ErrorKind::BrokenPipe,
+            "connection is closing: no more data can be sent",
+        ),
+        SendError::WouldBlock => io::Error::from(io::ErrorKind::WouldBlock),
+        _ => io::Error::other(format!("{e:?}")),
+    }
+}
+
+fn gone() -> io::Error {
+    io::Error::new(io::ErrorKind::NotConnected, "connection no longer exists")
+}
+
+fn io_failed(g: &State) -> Option<io::Error> {
+    g.io_done.as_ref().map(|e| {
+        io::Error::other(
+            e.clone()
+                .unwrap_or_else(|| "endpoint I/O thread has stopped".into()),
+        )
+    })
+}
+
+/// One UDP socket carrying any number of SRT connections, served by its own I/O thread.
+///
+/// Dropping it stops listening and aborts connections not yet accepted; the I/O thread stops
+/// once every [`Connection`] has been dropped too.
+#[derive(Debug)]
+pub struct Endpoint {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+    local: SocketAddr,
+    registry: CcRegistry,
+}
+
+impl Endpoint {
+    /// Binds `addr` and starts the I/O thread.
+    pub fn bind(addr: SocketAddr, opts: EndpointOptions) -> io::Result<Endpoint> {
+        let dp = datapath::open(&opts.datapath, addr)?;
+        let dp: Box<dyn datapath::Datapath> = match opts.impairment.clone() {
+            Some(imp) => Box::new(Impaired::new(dp, imp)),
+            None => dp,
+        };
+        let local = dp.local_addr()?;
+        let mut cfg = EndpointConfig::default();
+        cfg.set_max_connections(opts.max_connections)
+            .set_seed(opts.seed.unwrap_or_else(os_seed))
+            .set_registry(opts.registry.clone());
+        let ep = slipstream_proto::endpoint::Endpoint::new(cfg, Instant::now());
+        let (shared, thread) = runtime::spawn(dp, ep, 1500)?;
+        Ok(Endpoint {
+            shared,
+            thread: Some(thread),
+            local,
+            registry: opts.registry,
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Endpoint counters (datagrams dropped before reaching a connection, ...).
+    pub fn stats(&self) -> EndpointStats {
+        self.shared.lock().ep.stats()
+    }
+
+    /// Datapath counters (socket-level drops, impairment).
+    pub fn datapath_stats(&self) -> DatapathStats {
+        self.shared.lock().dp_stats
+    }
+
+    fn check_cc(&self, cfg: &ConnConfig) -> io::Result<()> {
+        if self.registry.build(cfg.cc()).is_none() {
+            let names: Vec<&str> = self.registry.names().collect();
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "unknown congestion control '{}' (available: {})",
+                    cfg.cc(),
+                    names.join(", ")
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Accepts incoming connections configured with `cfg` from now on.
+    pub fn listen(&self, cfg: ConnConfig) -> io::Result<()> {
+        self.check_cc(&cfg)?;
+        let mut g = self.shared.lock();
+        g.ep.listen(Some(cfg));
+        g.listening = true;
+        Ok(())
+    }
+
+    /// Stops accepting; connections already accepted are kept.
+    pub fn stop_listening(&self) {
+        let mut g = self.shared.lock();
+        g.ep.listen(None);
+        g.listening = false;
+    }
+
+    /// Waits for the next incoming connection.
+    pub fn accept(&self) -> io::Result<Connection> {
+        self.accept_until(None)
+    }
+
+    /// Waits at most `timeout` for the next incoming connection (`TimedOut` otherwise).
+    pub fn accept_timeout(&self, timeout: Duration) -> io::Result<Connection> {
+        self.accept_until(Some(Instant::now() + timeout))
+    }
+
+    fn accept_until(&self, deadline: Option<Instant>) -> io::Result<Connection> {
+        let mut g = self.shared.lock();
+        if !g.listening {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "endpoint is not listening",
+            ));
+        }
+        loop {
+            if let Some(id) = g.accept_queue.pop_front() {
+                return Connection::new(&self.shared, &mut g, id);
+            }
+            if let Some(e) = io_failed(&g) {
+                return Err(e);
+            }
+            let slice = match deadline {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(w) if !w.is_zero() => w.min(WAIT_SLICE),
+                    _ => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            "no incoming connection within the timeout",
+                        ))
+                    }
+                },
+                None => WAIT_SLICE,
+            };
+            g = self.shared.wait(g, slice);
+        }
+    }
+
+    /// Connects to `remote` and waits until the handshake completes (or fails: `TimedOut`
+    /// when nobody answers, `ConnectionRefused` with the peer's reason when rejected).
+    pub fn connect(&self, remote: SocketAddr, cfg: ConnConfig) -> io::Result<Connection> {
+        self.check_cc(&cfg)?;
+        let mut g = self.shared.lock();
+        let id =
+            g.ep.connect(Instant::now(), remote, cfg)
+                .map_err(|e| io::Error::other(e.to_string()))?;
+        drop(g);
+        self.shared.wake_io();
+        g = self.shared.lock();
+        loop {
+            let state = g.ep.conn(id).map(|c| c.state());
+            match state {
+                Some(ConnState::Connecting) => {}
+                Some(ConnState::Closed(r)) => {
+                    g.ep.remove(id);
+                    return Err(close_error(r));
+                }
+                Some(_) => return Connection::new(&self.shared, &mut g, id),
+                None => return Err(gone()),
+            }
+            if let Some(e) = io_failed(&g) {
+                g.ep.remove(id);
+                return Err(e);
+            }
+            g = self.shared.wait(g, WAIT_SLICE);
+        }
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        let mut g = self.shared.lock();
+        g.shutdown = true;
+        g.listening = false;
+        g.ep.listen(None);
+        while let Some(id) = g.accept_queue.pop_front() {
+            if let Some(c) = g.ep.conn(id) {
+                c.abort();
+            }
+            g.to_remove.push(id);
+        }
+        let idle = g.handles == 0;
+        drop(g);
+        self.shared.wake_io();
+        if idle {
+            // Nothing else keeps the socket: wait for the thread so it is closed on return.
+            if let Some(t) = self.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+/// One SRT connection. Blocking operations; `&self` methods may be called from several
+/// threads through a shared reference (`Read`/`Write` need `&mut`).
+///
+/// Dropping a connection that was not closed aborts it (the peer is told), then removes it.
+#[derive(Debug)]
+pub struct Connection {
+    shared: Arc<Shared>,
+    id: ConnId,
+    peer: SocketAddr,
+    mode: Mode,
+    stream_id: Option<Vec<u8>>,
+    digest: bool,
+    latency: Duration,
+}
+
+impl Connection {
+    fn new(shared: &Arc<Shared>, g: &mut MutexGuard<'_, State>, id: ConnId) -> io::Result<Self> {
+        let c = g.ep.conn(id).ok_or_else(gone)?;
+        let conn = Connection {
+            shared: shared.clone(),
+            id,
+            peer: c.peer_addr(),
+            mode: c.config().mode(),
+            stream_id: c.stream_id().map(<[u8]>::to_vec),
+            digest: c.digest_agreed(),
+            latency: c.latency(),
+        };
+        g.handles += 1;
+        Ok(conn)
+    }
+
+    /// Runs `f` on the engine's connection under the lock.
+    fn with<T>(
+        &self,
+        f: impl FnOnce(&mut slipstream_proto::conn::Connection, Instant) -> T,
+    ) -> io::Result<T> {
+        let mut g = self.shared.lock();
+        let c = g.ep.conn(self.id).ok_or_else(gone)?;
+        Ok(f(c, Instant::now()))
+    }
+
+    /// The peer's UDP address.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.peer
+    }
+    /// The transfer mode.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+    /// The stream id: sent by the caller (raw bytes; SRT does not require UTF-8).
+    pub fn stream_id(&self) -> Option<&[u8]> {
+        self.stream_id.as_deref()
+    }
+    /// The stream id as text (lossy).
+    pub fn stream_id_str(&self) -> Option<String> {
+        self.stream_id
+            .as_deref()
+            .map(|s| String::from_utf8_lossy(s).into_owned())
+    }
+    /// Both ends are slipstream and agreed on the end-to-end file digest trailer.
+    pub fn digest_agreed(&self) -> bool {
+        self.digest
+    }
+    /// Negotiated TSBPD latency (live mode).
+    pub fn latency(&self) -> Duration {
+        self.latency
+    }
+    /// A statistics snapshot.
+    pub fn stats(&self) -> io::Result<ConnStats> {
+        self.with(|c, now| c.stats(now))
+    }
+    /// The connection's state.
+    pub fn state(&self) -> io::Result<ConnState> {
+        self.with(|c, _| c.state())
+    }
+
+    /// Waits (at most one slice) for progress; fails if the I/O thread is gone.
+    fn wait<'a>(
+        &self,
+        g: MutexGuard<'a, State>,
+        slice: Duration,
+    ) -> io::Result<MutexGuard<'a, State>> {
+        if let Some(e) = io_failed(&g) {
+            return Err(e);
+        }
+        Ok(self.shared.wait(g, slice))
+    }
+
+    /// Stream mode: queues bytes, waiting until there is room for some. Returns how many
+    /// were taken (all of `data` when the buffer has room).
+    pub fn send(&self, data: &[u8]) -> io::Result<usize> {
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let mut g = self.shared.lock();
+        loop {
+            let c = g.ep.conn(self.id).ok_or_else(gone)?;
+            match c.send(Instant::now(), data) {
+                Ok(n) => {
+                    drop(g);
+                    self.shared.wake_io();
+                    return Ok(n);
+                }
+                Err(SendError::WouldBlock) => g = self.wait(g, WAIT_SLICE)?,
+                Err(e) => return Err(send_error(e)),
+            }
+        }
+    }
+
+    /// Message or live mode: queues one whole message, waiting for room (live mode never
+    /// waits: the oldest data gives way).
+    pub fn send_message(&self, msg: &[u8]) -> io::Result<()> {
+        let mut g = self.shared.lock();
+        loop {
+            let c = g.ep.conn(self.id).ok_or_else(gone)?;
+            match c.send_message(Instant::now(), msg) {
+                Ok(()) => {
+                    drop(g);
+                    self.shared.wake_io();
+                    return Ok(());
+                }
+                Err(SendError::WouldBlock) => g = self.wait(g, WAIT_SLICE)?,
+                Err(e) => return Err(send_error(e)),
+            }
+        }
+    }
+
+    /// Stream mode: reads bytes, waiting for some. `Ok(0)` is the clean end of the stream.
+    pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let mut g = self.shared.lock();
+        loop {
+            let c = g.ep.conn(self.id).ok_or_else(gone)?;
+            match c.recv(buf) {
+                Ok(n) => return Ok(n),
+                Err(RecvError::WouldBlock) => g = self.wait(g, WAIT_SLICE)?,
+                Err(e) => return Err(recv_error(e)),
+            }
+        }
+    }
+
+    /// Message or live mode: reads one whole message, waiting for one. `Ok(0)` means the
+    /// peer closed cleanly and nothing is left.
+    pub fn recv_message(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.recv_message_until(buf, None)
+    }
+
+    /// Like [`Connection::recv_message`] but gives up after `timeout` (`TimedOut`).
+    pub fn recv_message_timeout(&self, buf: &mut [u8], timeout: Duration) -> io::Result<usize> {
+        self.recv_message_until(buf, Some(Instant::now() + timeout))
+    }
+
+    fn recv_message_until(&self, buf: &mut [u8], deadline: Option<Instant>) -> io::Result<usize> {
+        let slice = if self.mode == Mode::Live {
+            LIVE_SLICE
+        } else {
+            WAIT_SLICE
+        };
+        let mut g = self.shared.lock();
+        // When the end was first reported while live data was still waiting for its play
+        // time (see below), and how long that data may take.
+        let mut drain_until: Option<Instant> = None;
+        loop {
+            let c = g.ep.conn(self.id).ok_or_else(gone)?;
+            let now = Instant::now();
+            let r = match c.recv_message(now, buf) {
+                // Workaround: in live mode the engine reports the end (`Ok(0)`) as soon as the
+                // peer's shutdown arrives, even while received messages still wait in the
+                // buffer for their delivery time. Keep reading them until they are delivered
+                // (or the latency plus a margin has passed).
+                Ok(0) if self.mode == Mode::Live && c.stats(now).rcv_buf_pkts > 0 => {
+                    let until =
+                        *drain_until.get_or_insert(now + self.latency + Duration::from_secs(1));
+                    if now < until {
+                        Err(RecvError::WouldBlock)
+                    } else {
+                        Ok(0)
+                    }
+                }
+                r => r,
+            };
+            match r {
+                Ok(n) => return Ok(n),
+                Err(RecvError::WouldBlock) => {
+                    let wait = match deadline {
+                        Some(d) => match d.checked_duration_since(Instant::now()) {
+                            Some(w) if !w.is_zero() => w.min(slice),
+                            _ => {
+                                return Err(io::Error::new(
+                                    io::ErrorKind::TimedOut,
+                                    "no message within the timeout",
+                                ))
+                            }
+                        },
+                        None => slice,
+                    };
+                    g = self.wait(g, wait)?;
+                }
+                Err(e) => return Err(recv_error(e)),
+            }
+        }
+    }
+
+    /// Bytes queued and not yet acknowledged by the peer.
+    pub fn unacknowledged(&self) -> io::Result<u64> {
+        self.with(|c, _| c.send_buffer_len())
+    }
+
+    /// Graceful close: waits until everything sent is acknowledged, then tells the peer.
+    /// Errors when the data could not be delivered (linger timeout, peer gone or closed first).
+    pub fn close(&self) -> io::Result<()> {
+        let mut g = self.shared.lock();
+        let c = g.ep.conn(self.id).ok_or_else(gone)?;
+        c.close(Instant::now());
+        drop(g);
+        self.shared.wake_io();
+        g = self.shared.lock();
+        loop {
+            let c = g.ep.conn(self.id).ok_or_else(gone)?;
+            match c.state() {
+                ConnState::Closed(CloseReason::Local) => return Ok(()),
+                ConnState::Closed(r) => {
+                    let left = c.send_buffer_len();
+                    if left == 0 && r == CloseReason::PeerShutdown {
+                        return Ok(());
+                    }
+                    let e = close_error(r);
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("{e}; {left} bytes were not acknowledged"),
+                    ));
+                }
+                _ => g = self.wait(g, WAIT_SLICE)?,
+            }
+        }
+    }
+
+    /// Immediate close: tells the peer and discards buffered data.
+    pub fn abort(&self) {
+        let _ = self.with(|c, _| c.abort());
+        self.shared.wake_io();
+    }
+}
+
+fn recv_error(e: RecvError) -> io::Error {
+    match e {
+        RecvError::BufferTooSmall(n) => io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("buffer too small for the next message: it needs {n} bytes"),
+        ),
+        RecvError::WrongMode => io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "wrong operation for this connection's mode (stream recv vs message recv)",
+        ),
+        RecvError::Closed(r) => close_error(r),
+        RecvError::WouldBlock => io::Error::from(io::ErrorKind::WouldBlock),
+        _ => io::Error::other(format!("{e:?}")),
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        let mut g = self.shared.lock();
+        if let Some(c) = g.ep.conn(self.id) {
+            if !matches!(c.state(), ConnState::Closed(_)) {
+                c.abort();
+            }
+        }
+        g.to_remove.push(self.id);
+        g.handles -= 1;
+        drop(g);
+        self.shared.wake_io();
+    }
+}
+
+impl Read for Connection {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self.mode {
+            Mode::File => self.recv(buf),
+            _ => self.recv_message(buf),
+        }
+    }
+}
+
+impl Write for Connection {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self.mode {
+            Mode::File => self.send(buf),
+            _ => self.send_message(buf).map(|()| buf.len()),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}

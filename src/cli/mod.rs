@@ -1,0 +1,499 @@
+//! The `slipstream` command line: `send`, `recv`, `live` and `demo`.
+//!
+//! This module owns argument parsing, progress display, the final summary line and the
+//! `--stats-json` report. Progress and messages go to stderr; stdout carries data only for
+//! live-mode output to `-` / `file://con`. Exit status 0 means complete (and, when both ends
+//! are slipstream, verified); anything else is a failure.
+
+mod demo;
+mod live;
+pub mod uri;
+
+use crate::api::{Connection, Endpoint, EndpointOptions};
+use crate::datapath::Impairment;
+use crate::transfer::{self, Verdict};
+use clap::{Args, Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use slipstream_proto::cc::CcRegistry;
+use slipstream_proto::conn::{ConnConfig, ConnStats, Mode};
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+use uri::{Uri, UriMode};
+
+/// Command-line interface.
+#[derive(Debug, Parser)]
+#[command(
+    name = "slipstream",
+    version,
+    about = "Fast file transfer and live streaming over UDP, speaking SRT"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Command,
+}
+
+/// Options every subcommand takes.
+#[derive(Debug, Clone, Args)]
+struct Common {
+    /// No progress bar (it is also hidden when stderr is not a terminal).
+    #[arg(long, short)]
+    quiet: bool,
+    /// Write final connection, endpoint and throughput statistics as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    stats_json: Option<PathBuf>,
+    /// Congestion control by name (default: "file", or "live" in live mode).
+    #[arg(long, value_name = "NAME")]
+    cc: Option<String>,
+    /// Maximum segment size in bytes (IP packet size), default 1500.
+    #[arg(long, value_name = "BYTES")]
+    mss: Option<u32>,
+    /// Impair outgoing datagrams, e.g. "loss=2%,delay=20ms" (also jitter, reorder, dup,
+    /// rate=100mbit, queue=4m, seed).
+    #[arg(long, value_name = "SPEC")]
+    netem: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Send a file: `slipstream send FILE srt://HOST:PORT` (or srt://:PORT to wait for the
+    /// receiver to call). Exits 0 only when the receiver acknowledged everything.
+    Send {
+        /// The file to send.
+        file: PathBuf,
+        /// Where to: srt://HOST:PORT[?streamid=NAME&...]; the stream id defaults to the
+        /// file name.
+        uri: String,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Receive one file: `slipstream recv srt://:PORT OUT` (OUT may be a directory: the file
+    /// is named after the sender's stream id). Exits 0 only when the file is complete.
+    Recv {
+        /// srt://:PORT to listen (or srt://HOST:PORT to call a sending listener).
+        uri: String,
+        /// Output file or directory.
+        out: PathBuf,
+        /// Replace an existing output file.
+        #[arg(long)]
+        force: bool,
+        /// Give up if no sender connects within this many seconds.
+        #[arg(long, value_name = "SECS")]
+        accept_timeout: Option<f64>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Relay live messages between udp://, srt:// and file:// (or - for stdin/stdout), like
+    /// srt-live-transmit.
+    Live {
+        /// Source: udp://:PORT, srt://..., file://PATH, file://con or -.
+        src: String,
+        /// Destination: udp://HOST:PORT, srt://..., file://PATH, file://con or -.
+        dst: String,
+        /// Stop after this many seconds.
+        #[arg(long, value_name = "SECS")]
+        duration: Option<f64>,
+        /// Stop after relaying this many messages.
+        #[arg(long, value_name = "N")]
+        count: Option<u64>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Transfer generated data between two in-process endpoints over a simulated lossy link,
+    /// and verify it end to end.
+    Demo {
+        /// Data to transfer, MiB.
+        #[arg(long, default_value_t = 256)]
+        size: u64,
+        /// Loss ratio of each direction, percent.
+        #[arg(long, default_value_t = 1.0)]
+        loss: f64,
+        /// One-way delay of each direction, milliseconds.
+        #[arg(long, default_value_t = 10)]
+        delay: u64,
+        #[command(flatten)]
+        common: Common,
+    },
+}
+
+/// Runs the command line with the congestion controllers of `registry` available to `--cc`.
+pub fn run_with(registry: CcRegistry) -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.cmd {
+        Command::Send { file, uri, common } => cmd_send(&file, &uri, &common, &registry),
+        Command::Recv {
+            uri,
+            out,
+            force,
+            accept_timeout,
+            common,
+        } => cmd_recv(&uri, &out, force, accept_timeout, &common, &registry),
+        Command::Live {
+            src,
+            dst,
+            duration,
+            count,
+            common,
+        } => live::run(&src, &dst, duration, count, &common, &registry),
+        Command::Demo {
+            size,
+            loss,
+            delay,
+            common,
+        } => demo::run(size, loss, delay, &common, &registry),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("slipstream: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs the command line with the built-in congestion controllers.
+pub fn run() -> ExitCode {
+    run_with(CcRegistry::default())
+}
+
+type CliResult = Result<(), String>;
+
+fn endpoint_options(common: &Common, registry: &CcRegistry) -> Result<EndpointOptions, String> {
+    let mut o = EndpointOptions::default();
+    o.set_registry(registry.clone());
+    if let Some(spec) = &common.netem {
+        o.set_impairment(Some(
+            Impairment::parse(spec).map_err(|e| format!("--netem: {e}"))?,
+        ));
+    }
+    Ok(o)
+}
+
+fn conn_config(
+    mode: Mode,
+    uri: &Uri,
+    common: &Common,
+    registry: &CcRegistry,
+) -> Result<ConnConfig, String> {
+    let mut cfg = ConnConfig::new(mode);
+    if let Some(cc) = &common.cc {
+        if registry.build(cc).is_none() {
+            let names: Vec<&str> = registry.names().collect();
+            return Err(format!(
+                "unknown congestion control '{cc}' (available: {})",
+                names.join(", ")
+            ));
+        }
+        cfg.set_cc(cc);
+    }
+    if let Some(mss) = common.mss.or(uri.mss) {
+        cfg.set_mss(mss);
+    }
+    if let Some(l) = uri.latency {
+        cfg.set_latency(l);
+    }
+    if let Some(bw) = uri.max_bw {
+        cfg.set_max_bw(bw);
+    }
+    if mode == Mode::File {
+        cfg.set_file_digest(true);
+    }
+    Ok(cfg)
+}
+
+fn any_addr_for(remote: SocketAddr) -> SocketAddr {
+    if remote.is_ipv4() {
+        SocketAddr::from(([0, 0, 0, 0], 0))
+    } else {
+        SocketAddr::from(([0u16; 8], 0))
+    }
+}
+
+/// Opens the endpoint and the connection a URI describes (caller or listener).
+fn open(
+    uri: &Uri,
+    cfg: ConnConfig,
+    opts: EndpointOptions,
+    accept_timeout: Option<f64>,
+) -> Result<(Endpoint, Connection), String> {
+    match uri.mode {
+        UriMode::Caller => {
+            let remote = uri.remote()?;
+            let ep = Endpoint::bind(any_addr_for(remote), opts).map_err(|e| e.to_string())?;
+            let c = ep
+                .connect(remote, cfg)
+                .map_err(|e| format!("connecting to {remote}: {e}"))?;
+            Ok((ep, c))
+        }
+        UriMode::Listener => {
+            let addr = uri.bind_addr()?;
+            let ep = Endpoint::bind(addr, opts).map_err(|e| format!("binding {addr}: {e}"))?;
+            ep.listen(cfg).map_err(|e| e.to_string())?;
+            let c = match accept_timeout {
+                Some(s) => ep.accept_timeout(Duration::from_secs_f64(s.max(0.0))),
+                None => ep.accept(),
+            }
+            .map_err(|e| format!("waiting for a connection on {addr}: {e}"))?;
+            Ok((ep, c))
+        }
+    }
+}
+
+fn progress_bar(common: &Common, total: Option<u64>) -> ProgressBar {
+    if common.quiet || !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    match total {
+        Some(n) => {
+            let pb = ProgressBar::new(n);
+            pb.set_style(
+                ProgressStyle::with_template(
+                    "{bar:40.cyan/blue} {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            pb
+        }
+        None => {
+            let pb = ProgressBar::new_spinner();
+            pb.set_style(
+                ProgressStyle::with_template("{spinner} {bytes} {binary_bytes_per_sec} {elapsed}")
+                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            );
+            pb.enable_steady_tick(Duration::from_millis(200));
+            pb
+        }
+    }
+}
+
+fn hex(h: &[u8; 32]) -> String {
+    h.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Throughput in Gbit/s.
+fn gbps(bytes: u64, secs: f64) -> f64 {
+    if secs > 0.0 {
+        bytes as f64 * 8.0 / secs / 1e9
+    } else {
+        0.0
+    }
+}
+
+/// What a transfer reports at the end.
+struct Summary<'a> {
+    role: &'a str,
+    bytes: u64,
+    secs: f64,
+    integrity: String,
+    verified: Option<bool>,
+    blake3: Option<[u8; 32]>,
+    conn: Option<ConnStats>,
+}
+
+impl Summary<'_> {
+    fn print(&self) {
+        let (retx, rtt) = self
+            .conn
+            .map(|s| (s.pkts_retransmitted, s.rtt_ms))
+            .unwrap_or((0, 0.0));
+        eprintln!(
+            "{} {} bytes in {:.2} s ({:.3} Gbit/s), {} packets retransmitted, RTT {:.2} ms; \
+             integrity: {}",
+            self.role,
+            self.bytes,
+            self.secs,
+            gbps(self.bytes, self.secs),
+            retx,
+            rtt,
+            self.integrity
+        );
+    }
+
+    fn write_json(&self, path: Option<&Path>, ep: Option<&Endpoint>) -> CliResult {
+        let Some(path) = path else {
+            return Ok(());
+        };
+        let v = serde_json::json!({
+            "role": self.role,
+            "bytes": self.bytes,
+            "seconds": self.secs,
+            "gbit_per_s": gbps(self.bytes, self.secs),
+            "integrity": self.integrity,
+            "verified": self.verified,
+            "blake3": self.blake3.as_ref().map(hex),
+            "connection": self.conn,
+            "endpoint": ep.map(Endpoint::stats),
+            "datapath": ep.map(Endpoint::datapath_stats),
+        });
+        let text = serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?;
+        std::fs::write(path, text + "\n").map_err(|e| format!("{}: {e}", path.display()))
+    }
+}
+
+fn cmd_send(file: &Path, uri: &str, common: &Common, registry: &CcRegistry) -> CliResult {
+    let uri = Uri::parse(uri)?;
+    if uri.scheme != "srt" {
+        return Err("send needs an srt:// destination".into());
+    }
+    let meta = std::fs::metadata(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    if !meta.is_file() {
+        return Err(format!("{} is not a regular file", file.display()));
+    }
+    let mut cfg = conn_config(Mode::File, &uri, common, registry)?;
+    let sid = uri
+        .stream_id
+        .clone()
+        .or_else(|| file.file_name().map(|n| n.to_string_lossy().into_owned()));
+    cfg.set_stream_id(sid.map(String::into_bytes));
+    let (ep, conn) = open(&uri, cfg, endpoint_options(common, registry)?, None)?;
+    let pb = progress_bar(common, Some(meta.len()));
+    let t0 = Instant::now();
+    let result = transfer::send_file(&conn, file, |n| pb.set_position(n));
+    let secs = t0.elapsed().as_secs_f64();
+    pb.finish_and_clear();
+    let stats = conn.stats().ok();
+    match result {
+        Ok(r) => {
+            let integrity = if r.digest_sent {
+                format!(
+                    "digest trailer sent (BLAKE3 {}), receiver verifies",
+                    hex(&r.blake3)
+                )
+            } else {
+                "acknowledged; the peer offers no end-to-end digest".into()
+            };
+            let s = Summary {
+                role: "sent",
+                bytes: r.bytes,
+                secs,
+                integrity,
+                verified: None,
+                blake3: Some(r.blake3),
+                conn: stats,
+            };
+            s.print();
+            s.write_json(common.stats_json.as_deref(), Some(&ep))
+        }
+        Err(e) => {
+            if let Some(s) = stats {
+                eprintln!(
+                    "after {} bytes acknowledged, {} retransmitted packets, RTT {:.2} ms",
+                    s.bytes_acked, s.pkts_retransmitted, s.rtt_ms
+                );
+            }
+            Err(format!("send failed: {e}"))
+        }
+    }
+}
+
+/// A file name from a stream id: its last path component, which must be a real name.
+fn file_name_from_stream_id(sid: &str) -> Result<String, String> {
+    let last = sid.rsplit(['/', '\\']).next().unwrap_or("");
+    let name: String = last
+        .chars()
+        .map(|c| if c.is_control() { '_' } else { c })
+        .take(255)
+        .collect();
+    if name.is_empty() || name == "." || name == ".." {
+        return Err(format!(
+            "the sender's stream id '{sid}' is not usable as a file name; give OUT as a file"
+        ));
+    }
+    Ok(name)
+}
+
+fn cmd_recv(
+    uri: &str,
+    out: &Path,
+    force: bool,
+    accept_timeout: Option<f64>,
+    common: &Common,
+    registry: &CcRegistry,
+) -> CliResult {
+    let uri = Uri::parse(uri)?;
+    if uri.scheme != "srt" {
+        return Err("recv needs an srt:// source".into());
+    }
+    let into_dir = out.is_dir();
+    if !into_dir && out.exists() && !force {
+        return Err(format!(
+            "{} exists (use --force to replace it)",
+            out.display()
+        ));
+    }
+    let cfg = conn_config(Mode::File, &uri, common, registry)?;
+    let (ep, conn) = open(
+        &uri,
+        cfg,
+        endpoint_options(common, registry)?,
+        accept_timeout,
+    )?;
+    let path = if into_dir {
+        let sid = conn
+            .stream_id_str()
+            .ok_or("the sender gave no stream id; give OUT as a file name")?;
+        out.join(file_name_from_stream_id(&sid)?)
+    } else {
+        out.to_path_buf()
+    };
+    let pb = progress_bar(common, None);
+    let t0 = Instant::now();
+    let result = transfer::recv_file(&conn, &path, force, |n| pb.set_position(n));
+    let secs = t0.elapsed().as_secs_f64();
+    pb.finish_and_clear();
+    let stats = conn.stats().ok();
+    match result {
+        Ok(v) => {
+            let (integrity, verified, blake3) = match v {
+                Verdict::Verified { blake3, .. } => (
+                    format!("verified (BLAKE3 {})", hex(&blake3)),
+                    true,
+                    Some(blake3),
+                ),
+                Verdict::Unverified { .. } => (
+                    "UNVERIFIED: the peer offers no end-to-end digest; complete per its clean \
+                     shutdown only"
+                        .to_string(),
+                    false,
+                    None,
+                ),
+            };
+            let s = Summary {
+                role: "received",
+                bytes: v.bytes(),
+                secs,
+                integrity,
+                verified: Some(verified),
+                blake3,
+                conn: stats,
+            };
+            s.print();
+            eprintln!("wrote {}", path.display());
+            s.write_json(common.stats_json.as_deref(), Some(&ep))
+        }
+        Err(e) => Err(format!(
+            "receive failed, {} not written: {e}",
+            path.display()
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_id_file_names() {
+        assert_eq!(file_name_from_stream_id("movie.ts").unwrap(), "movie.ts");
+        assert_eq!(
+            file_name_from_stream_id("../../etc/passwd").unwrap(),
+            "passwd"
+        );
+        assert_eq!(file_name_from_stream_id("a\\b\\c.bin").unwrap(), "c.bin");
+        assert!(file_name_from_stream_id("..").is_err());
+        assert!(file_name_from_stream_id("dir/").is_err());
+        assert!(file_name_from_stream_id("").is_err());
+    }
+}

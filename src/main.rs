@@ -1,0 +1,5 @@
+//! The `slipstream` command (see `slipstream --help`).
+
+fn main() -> std::process::ExitCode {
+    slipstream::cli::run()
+}

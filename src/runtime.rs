@@ -1,0 +1,272 @@
+//! The I/O thread ("bottom half") of an endpoint and the state it shares with application
+//! threads.
+//!
+//! This module owns the event loop: one thread per endpoint receives a batch of datagrams
+//! without holding the lock, then locks once to feed them to the sans-IO
+//! [`Endpoint`](slipstream_proto::endpoint::Endpoint), run its timers, collect a batch of
+//! transmits and drain its events, and sends the batch after unlocking. Application threads
+//! lock the same state for their operations, wait on one condition variable, and wake the I/O
+//! thread (only when it sleeps) when they have queued something to send.
+//!
+//! The loop allocates nothing per packet: receive and transmit slots are allocated once (and
+//! grown only when a connection with a larger MSS appears).
+
+use crate::datapath::{Datapath, DatapathStats, RxMeta, Transmit, Waker};
+use slipstream_proto::conn::Event;
+use slipstream_proto::endpoint::{ConnId, Endpoint};
+use std::collections::VecDeque;
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Datagrams per receive or send batch.
+pub(crate) const BATCH: usize = 64;
+/// Smallest slot size: an Ethernet-MTU datagram plus room for a jumbo-ish peer.
+const MIN_SLOT: usize = 2048;
+/// Deadlines closer than this are not slept for: the kernel's timeout granularity would
+/// overshoot them, so the loop polls instead.
+const SPIN_THRESHOLD: Duration = Duration::from_micros(50);
+
+/// What the I/O thread and the application threads share, under one lock.
+#[derive(Debug)]
+pub(crate) struct State {
+    /// The protocol engine.
+    pub ep: Endpoint,
+    /// Connections accepted by the listener and not yet taken by `accept`.
+    pub accept_queue: VecDeque<ConnId>,
+    /// Whether accepted connections are queued (false: they are aborted).
+    pub listening: bool,
+    /// Connections whose handles were dropped; removed once their last datagrams are out.
+    pub to_remove: Vec<ConnId>,
+    /// The endpoint handle was dropped: stop once no connection handle is left.
+    pub shutdown: bool,
+    /// Live connection handles.
+    pub handles: usize,
+    /// Application threads waiting on the condition variable.
+    pub waiters: usize,
+    /// Largest MSS any connection may use; the I/O thread sizes its slots from it.
+    pub max_mss: usize,
+    /// The I/O thread has stopped; its error if it failed.
+    pub io_done: Option<Option<String>>,
+    /// Datapath counters, refreshed by the I/O thread.
+    pub dp_stats: DatapathStats,
+}
+
+/// Shared between the I/O thread and the application handles.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    state: Mutex<State>,
+    cond: Condvar,
+    io_sleeping: AtomicBool,
+    waker: Waker,
+}
+
+impl Shared {
+    /// Locks the state (a panicked holder does not make the state unusable).
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Wakes the I/O thread if it is blocked, so newly queued work goes out now.
+    pub fn wake_io(&self) {
+        if self.io_sleeping.swap(false, Ordering::AcqRel) {
+            self.waker.wake();
+        }
+    }
+
+    /// Waits for the I/O thread to report progress, at most `timeout`.
+    pub fn wait<'a>(
+        &self,
+        mut g: MutexGuard<'a, State>,
+        timeout: Duration,
+    ) -> MutexGuard<'a, State> {
+        g.waiters += 1;
+        let (mut g, _) = self
+            .cond
+            .wait_timeout(g, timeout)
+            .unwrap_or_else(|e| e.into_inner());
+        g.waiters -= 1;
+        g
+    }
+}
+
+/// Starts the I/O thread for `ep` on `dp`.
+pub(crate) fn spawn(
+    dp: Box<dyn Datapath>,
+    ep: Endpoint,
+    max_mss: usize,
+) -> io::Result<(Arc<Shared>, JoinHandle<()>)> {
+    let shared = Arc::new(Shared {
+        state: Mutex::new(State {
+            ep,
+            accept_queue: VecDeque::new(),
+            listening: false,
+            to_remove: Vec::new(),
+            shutdown: false,
+            handles: 0,
+            waiters: 0,
+            max_mss,
+            io_done: None,
+            dp_stats: DatapathStats::default(),
+        }),
+        cond: Condvar::new(),
+        io_sleeping: AtomicBool::new(false),
+        waker: dp.waker()?,
+    });
+    let slot = max_mss.max(MIN_SLOT);
+    let io = IoLoop {
+        dp,
+        shared: shared.clone(),
+        rx_buf: vec![0; BATCH * slot],
+        rx_metas: vec![RxMeta::default(); BATCH],
+        tx_buf: vec![0; BATCH * slot],
+        txs: Vec::with_capacity(BATCH),
+        slot,
+    };
+    let handle = std::thread::Builder::new()
+        .name("slipstream-io".into())
+        .spawn(move || io.run())?;
+    Ok((shared, handle))
+}
+
+struct IoLoop {
+    dp: Box<dyn Datapath>,
+    shared: Arc<Shared>,
+    rx_buf: Vec<u8>,
+    rx_metas: Vec<RxMeta>,
+    tx_buf: Vec<u8>,
+    txs: Vec<Transmit>,
+    slot: usize,
+}
+
+impl IoLoop {
+    fn run(mut self) {
+        let result = self.event_loop();
+        let mut g = self.shared.lock();
+        g.dp_stats = self.dp.stats();
+        g.io_done = Some(result.err().map(|e| format!("I/O thread failed: {e}")));
+        drop(g);
+        self.shared.cond.notify_all();
+    }
+
+    fn event_loop(&mut self) -> io::Result<()> {
+        let mut timeout = Some(Duration::ZERO);
+        loop {
+            let n = self
+                .dp
+                .recv(&mut self.rx_buf, self.slot, &mut self.rx_metas, timeout)?;
+            self.shared.io_sleeping.store(false, Ordering::Release);
+
+            let mut g = self.shared.lock();
+            for (i, m) in self.rx_metas[..n].iter().enumerate() {
+                let at = i * self.slot;
+                // A clock read per datagram: the receiver's packet-pair bandwidth probe
+                // measures the gap between two datagrams, which one shared timestamp per
+                // batch would make zero.
+                g.ep.handle(Instant::now(), m.src, &self.rx_buf[at..at + m.len]);
+            }
+            let now = Instant::now();
+            let mut fired = false;
+            if g.ep.poll_timeout().is_some_and(|t| t <= now) {
+                g.ep.handle_timeout(now);
+                fired = true;
+            }
+
+            let mut events = false;
+            while let Some((id, ev)) = g.ep.poll_event() {
+                events = true;
+                if matches!(ev, Event::Accepted | Event::Connected) {
+                    // Slots must hold the negotiated packet size (header room included).
+                    if let Some(c) = g.ep.conn(id) {
+                        let need = c.payload_size() + 128;
+                        g.max_mss = g.max_mss.max(need);
+                    }
+                }
+                if ev == Event::Accepted {
+                    if g.listening && !g.shutdown {
+                        g.accept_queue.push_back(id);
+                    } else if let Some(c) = g.ep.conn(id) {
+                        c.abort();
+                        g.to_remove.push(id);
+                    }
+                }
+            }
+            if g.max_mss > self.slot {
+                // A connection with a larger MSS appeared: grow once, outside the steady state.
+                self.slot = g.max_mss;
+                self.rx_buf = vec![0; BATCH * self.slot];
+                self.tx_buf = vec![0; BATCH * self.slot];
+            }
+            self.txs.clear();
+            while self.txs.len() < BATCH {
+                let at = self.txs.len() * self.slot;
+                match g
+                    .ep
+                    .poll_transmit(now, &mut self.tx_buf[at..at + self.slot])
+                {
+                    Some(t) => self.txs.push(t),
+                    None => break,
+                }
+            }
+            let full = self.txs.len() == BATCH;
+            if !full && !g.to_remove.is_empty() {
+                // Every pending datagram (a closing shutdown) has been polled: forget them.
+                let st = &mut *g;
+                for id in st.to_remove.drain(..) {
+                    st.ep.remove(id);
+                }
+                events = true;
+            }
+            let exit = g.shutdown && g.handles == 0 && g.ep.is_empty() && !full;
+            g.dp_stats = self.dp.stats();
+
+            let deadline = match (g.ep.poll_timeout(), self.dp.next_deadline()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            timeout = if full {
+                Some(Duration::ZERO)
+            } else {
+                deadline.map(|d| {
+                    let wait = d.saturating_duration_since(now);
+                    if wait < SPIN_THRESHOLD {
+                        Duration::ZERO
+                    } else {
+                        wait
+                    }
+                })
+            };
+            if timeout != Some(Duration::ZERO) {
+                self.shared.io_sleeping.store(true, Ordering::Release);
+            }
+            let notify = (n > 0 || fired || events) && g.waiters > 0;
+            drop(g);
+            if notify {
+                self.shared.cond.notify_all();
+            }
+
+            if !self.txs.is_empty() {
+                // Datagrams the kernel had no room for are lost; the protocol recovers them.
+                self.dp.send(&self.tx_buf, self.slot, &self.txs)?;
+            }
+            if self.dp.next_deadline().is_some_and(|d| d <= Instant::now()) {
+                self.dp.service()?;
+            }
+            if let Some(d) = self.dp.next_deadline() {
+                // Sending may have put datagrams on the delay line.
+                let wait = d.saturating_duration_since(Instant::now());
+                let wait = if wait < SPIN_THRESHOLD {
+                    Duration::ZERO
+                } else {
+                    wait
+                };
+                timeout = Some(timeout.map_or(wait, |t| t.min(wait)));
+            }
+            if exit {
+                return Ok(());
+            }
+        }
+    }
+}

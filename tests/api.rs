@@ -1,0 +1,307 @@
+//! End-to-end tests of the blocking API over loopback.
+
+use slipstream::datapath::Impairment;
+use slipstream::transfer::{self, Verdict};
+use slipstream::{ConnConfig, Connection, Endpoint, EndpointOptions, Mode};
+use std::io::Read;
+use std::net::{SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
+
+fn loopback() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+/// Deterministic test data.
+fn data(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn cfg(mode: Mode) -> ConnConfig {
+    let mut c = ConnConfig::new(mode);
+    c.set_file_digest(true);
+    c
+}
+
+/// A listener and a connected caller pair.
+struct Pair {
+    // Connections drop before their endpoints.
+    client: Connection,
+    server: Connection,
+    client_ep: Endpoint,
+    server_ep: Endpoint,
+}
+
+fn pair(mode: Mode, opts: EndpointOptions) -> Pair {
+    let server_ep = Endpoint::bind(loopback(), opts.clone()).unwrap();
+    server_ep.listen(cfg(mode)).unwrap();
+    let client_ep = Endpoint::bind(loopback(), opts).unwrap();
+    let mut c = cfg(mode);
+    c.set_stream_id(Some(b"test-stream".to_vec()));
+    let client = client_ep.connect(server_ep.local_addr(), c).unwrap();
+    let server = server_ep.accept_timeout(Duration::from_secs(5)).unwrap();
+    Pair {
+        client,
+        server,
+        client_ep,
+        server_ep,
+    }
+}
+
+/// Sends `payload` through the pair with the digest trailer and checks the verdict.
+fn transfer_verified(p: &Pair, payload: &[u8]) {
+    assert!(p.client.digest_agreed() && p.server.digest_agreed());
+    assert_eq!(p.server.stream_id(), Some(&b"test-stream"[..]));
+    std::thread::scope(|s| {
+        let rx = s.spawn(|| {
+            let mut got = Vec::new();
+            let v = transfer::recv_stream(&p.server, &mut got, |_| {}).unwrap();
+            (v, got)
+        });
+        let sent = transfer::send_stream(&p.client, payload, |_| {}).unwrap();
+        assert!(sent.digest_sent);
+        let (v, got) = rx.join().unwrap();
+        assert_eq!(got.len(), payload.len());
+        assert!(got == payload, "received bytes differ");
+        assert_eq!(
+            v,
+            Verdict::Verified {
+                bytes: payload.len() as u64,
+                blake3: blake3::hash(payload).into()
+            }
+        );
+    });
+}
+
+#[test]
+fn file_mode_transfer_is_verified() {
+    let p = pair(Mode::File, EndpointOptions::default());
+    let payload = data(4 << 20, 1);
+    transfer_verified(&p, &payload);
+    let s = p.client.stats().unwrap();
+    assert_eq!(
+        s.bytes_acked,
+        payload.len() as u64 + transfer::TRAILER_LEN as u64
+    );
+}
+
+#[test]
+fn transfer_through_two_percent_loss() {
+    let mut opts = EndpointOptions::default();
+    opts.set_impairment(Some(Impairment::new(0.02, Duration::from_millis(5))));
+    let p = pair(Mode::File, opts);
+    let payload = data(512 << 10, 2);
+    transfer_verified(&p, &payload);
+    let s = p.client.stats().unwrap();
+    let dp = p.client_ep.datapath_stats();
+    assert!(dp.impaired_lost > 0, "the link dropped nothing: {dp:?}");
+    assert!(s.pkts_retransmitted > 0, "{s:?}");
+}
+
+#[test]
+fn message_mode_round_trip() {
+    let p = pair(Mode::Message, EndpointOptions::default());
+    let sizes = [1usize, 1456, 100_000, 1 << 20, 1];
+    std::thread::scope(|s| {
+        let rx = s.spawn(|| {
+            let mut buf = vec![0u8; 2 << 20];
+            let mut got = Vec::new();
+            loop {
+                let n = p.server.recv_message(&mut buf).unwrap();
+                if n == 0 {
+                    break;
+                }
+                got.push(buf[..n].to_vec());
+            }
+            got
+        });
+        for (i, &n) in sizes.iter().enumerate() {
+            p.client.send_message(&data(n, i as u64 + 10)).unwrap();
+        }
+        p.client.close().unwrap();
+        let got = rx.join().unwrap();
+        assert_eq!(got.len(), sizes.len());
+        for (i, (m, &n)) in got.iter().zip(&sizes).enumerate() {
+            assert!(
+                *m == data(n, i as u64 + 10),
+                "message {i} of {n} bytes differs"
+            );
+        }
+    });
+    // A too-small buffer is an error that names the size needed, not a truncation.
+    let q = pair(Mode::Message, EndpointOptions::default());
+    q.client.send_message(&data(3000, 5)).unwrap();
+    let mut small = [0u8; 100];
+    let e = q.server.recv_message(&mut small).unwrap_err();
+    assert!(e.to_string().contains("3000"), "{e}");
+}
+
+#[test]
+fn live_mode_delivers_in_order() {
+    let p = pair(Mode::Live, EndpointOptions::default());
+    let count = 200u32;
+    std::thread::scope(|s| {
+        let rx = s.spawn(|| {
+            let mut buf = [0u8; 1500];
+            let mut got = Vec::new();
+            let deadline = Instant::now() + Duration::from_secs(8);
+            while got.len() < count as usize && Instant::now() < deadline {
+                match p
+                    .server
+                    .recv_message_timeout(&mut buf, Duration::from_millis(500))
+                {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        assert_eq!(n, 1316);
+                        let i = u32::from_be_bytes(buf[..4].try_into().unwrap());
+                        assert!(buf[4..n].iter().all(|&b| b == i as u8));
+                        got.push(i);
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            got
+        });
+        let mut msg = [0u8; 1316];
+        for i in 0..count {
+            msg[..4].copy_from_slice(&i.to_be_bytes());
+            msg[4..].fill(i as u8);
+            p.client.send_message(&msg).unwrap();
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let got = rx.join().unwrap();
+        assert!(got.windows(2).all(|w| w[0] < w[1]), "out of order");
+        assert!(
+            got.len() >= count as usize * 95 / 100,
+            "only {} of {count} live messages arrived: {:?}",
+            got.len(),
+            p.server.stats()
+        );
+    });
+}
+
+#[test]
+fn aborted_sender_is_not_a_complete_file() {
+    let p = pair(Mode::File, EndpointOptions::default());
+    let dir = std::env::temp_dir().join(format!("slipstream-trunc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("out.bin");
+    std::thread::scope(|s| {
+        let rx = s.spawn(|| transfer::recv_file(&p.server, &out, false, |_| {}));
+        let payload = data(1 << 20, 3);
+        let mut off = 0;
+        while off < payload.len() / 2 {
+            off += p.client.send(&payload[off..payload.len() / 2]).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        p.client.abort();
+        let r = rx.join().unwrap();
+        assert!(r.is_err(), "truncated stream accepted: {r:?}");
+    });
+    assert!(!out.exists(), "a truncated file was left as the output");
+    assert!(!transfer::part_path(&out).exists(), ".part left behind");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn garbage_datagrams_do_not_disturb_a_transfer() {
+    let p = pair(Mode::File, EndpointOptions::default());
+    let target = p.server_ep.local_addr();
+    let payload = data(2 << 20, 4);
+    std::thread::scope(|s| {
+        let blaster = s.spawn(|| {
+            let sock = UdpSocket::bind(loopback()).unwrap();
+            let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+            let mut next = move || {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x
+            };
+            let mut buf = [0u8; 2000];
+            for i in 0..20_000u32 {
+                let len = (next() % 2000) as usize;
+                for b in buf[..len].iter_mut() {
+                    *b = next() as u8;
+                }
+                if i % 3 == 0 && len >= 16 {
+                    // A plausible SRT header (data or control) to a random socket id.
+                    let first: u32 = if i % 2 == 0 { 0x8002_0000 } else { i };
+                    buf[..4].copy_from_slice(&first.to_be_bytes());
+                    buf[12..16].copy_from_slice(&(next() as u32 | 1).to_be_bytes());
+                }
+                let _ = sock.send_to(&buf[..len], target);
+                if i % 256 == 0 {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        });
+        transfer_verified(&p, &payload);
+        blaster.join().unwrap();
+    });
+    let st = p.server_ep.stats();
+    assert!(st.malformed > 0, "{st:?}");
+    assert!(st.unknown_socket > 0, "{st:?}");
+}
+
+#[test]
+fn connect_errors_are_precise() {
+    // Nobody listens: a timeout, reported as such.
+    let silent = UdpSocket::bind(loopback()).unwrap();
+    let ep = Endpoint::bind(loopback(), EndpointOptions::default()).unwrap();
+    let mut c = ConnConfig::new(Mode::File);
+    c.set_connect_timeout(Duration::from_millis(600));
+    let e = ep.connect(silent.local_addr().unwrap(), c).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::TimedOut, "{e}");
+
+    // Mode mismatch: rejected with the listener's reason.
+    let server = Endpoint::bind(loopback(), EndpointOptions::default()).unwrap();
+    server.listen(ConnConfig::new(Mode::Live)).unwrap();
+    let e = ep
+        .connect(server.local_addr(), ConnConfig::new(Mode::File))
+        .unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}");
+    assert!(e.to_string().contains("rejected"), "{e}");
+
+    // Unknown congestion control names the available ones.
+    let mut c = ConnConfig::new(Mode::File);
+    c.set_cc("nope");
+    let e = ep.connect(server.local_addr(), c).unwrap_err();
+    assert!(e.to_string().contains("file"), "{e}");
+}
+
+#[test]
+fn read_impl_sees_clean_end() {
+    let p = pair(Mode::File, EndpointOptions::default());
+    let payload = data(100_000, 6);
+    std::thread::scope(|s| {
+        let rx = s.spawn(|| {
+            let mut server = &p.server;
+            let mut got = Vec::new();
+            std::io::copy(&mut ReadRef(&mut server), &mut got).unwrap();
+            got
+        });
+        let mut off = 0;
+        while off < payload.len() {
+            off += p.client.send(&payload[off..]).unwrap();
+        }
+        p.client.close().unwrap();
+        assert!(rx.join().unwrap() == payload);
+    });
+}
+
+/// `Read` through a shared reference (the API's `recv` takes `&self`).
+struct ReadRef<'a, 'b>(&'a mut &'b Connection);
+impl Read for ReadRef<'_, '_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.0.recv(buf)
+    }
+}
