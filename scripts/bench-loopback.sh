@@ -44,7 +44,7 @@ PY
 
 results=()
 for i in $(seq "$repeat"); do
-    r=$(run srt "srt-file-transmit -q srt://:PORT file://$dir/out/" "srt-file-transmit -q file://$dir/in.bin srt://127.0.0.1:PORT")
+    r=$(run srt "srt-file-transmit -q srt://:PORT file://$dir/out/in.bin" "srt-file-transmit -q file://$dir/in.bin srt://127.0.0.1:PORT")
     echo "run $i: $r (Gbit/s, CPU s/GB)"; results+=("$r")
     r=$(run slipstream "$bin recv --quiet srt://:PORT $dir/out/" "$bin send --quiet $dir/in.bin srt://127.0.0.1:PORT")
     echo "run $i: $r (Gbit/s, CPU s/GB)"; results+=("$r")
@@ -55,5 +55,6 @@ rows = [l.split() for l in sys.stdin if l.strip()]
 med = {n: (st.median(float(r[1]) for r in rows if r[0] == n), st.median(float(r[2]) for r in rows if r[0] == n)) for n in ("srt", "slipstream")}
 for n, (g, c) in med.items():
     print(f"median {n:10s} {g:6.2f} Gbit/s  {c:6.2f} CPU s/GB")
-print(f"ratio slipstream/srt throughput: {med[\"slipstream\"][0] / med[\"srt\"][0]:.2f}x")
+ratio = med["slipstream"][0] / med["srt"][0]
+print(f"ratio slipstream/srt throughput: {ratio:.2f}x")
 '

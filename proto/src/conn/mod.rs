@@ -438,7 +438,8 @@ impl Connection {
                     }
                 }
                 if self.has_data_to_send() {
-                    t = t.min(self.next_send_us.max(0.0).ceil() as u64);
+                    let due = self.next_send_us - sender::PACING_QUANTUM_US;
+                    t = t.min(due.max(0.0).ceil() as u64);
                 }
                 t
             }

@@ -5,6 +5,10 @@ use super::{CloseReason, Connection, Mode, State, SYN_INTERVAL_US};
 use crate::seq::SeqNo;
 use crate::wire::{Ack, DataHeader, EncryptionKey, LossRanges, HEADER_LEN};
 
+/// Pacing releases, as one micro-burst, every packet due within this much of now. Sleeping for
+/// a few microseconds between packets costs a user-space sender far more (a context switch
+/// each) than a 100 µs burst costs the network; the kernel's fq qdisc paces with a quantum too.
+pub(super) const PACING_QUANTUM_US: f64 = 100.0;
 /// Most pacing credit the sender may bank when it falls behind (scheduling noise), µs.
 const MAX_BURST_US: f64 = 1000.0;
 /// ... and at most this many packets of it.
