@@ -193,7 +193,9 @@ impl Endpoint {
             .build(cfg.cc())
             .ok_or_else(|| ConnectError::UnknownCongestionControl(cfg.cc().to_string()))?;
         let id = self.new_socket_id();
-        let isn = SeqNo::new(self.rng.gen());
+        let isn = cfg
+            .initial_seq
+            .unwrap_or_else(|| SeqNo::new(self.rng.gen()));
         self.insert(Connection::connect(now, id, remote, cfg, cc, isn));
         Ok(ConnId(id))
     }
@@ -474,6 +476,11 @@ impl Endpoint {
             ..HsExtensions::default()
         };
         let mut ext_field = HS_EXT_HSREQ;
+        if cfg.mode() != Mode::Live {
+            // libsrt callers in file mode insist that the listener declares "file" too.
+            ext.congestion = Some(b"file".to_vec());
+            ext_field |= HS_EXT_CONFIG;
+        }
         if digest {
             ext.slipstream = Some(SlipstreamExt {
                 version: 1,

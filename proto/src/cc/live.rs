@@ -8,10 +8,12 @@
 //!
 //! `send_period_us = avg_payload_bytes * 1e6 / max_bw_bps`
 //!
-//! where `max_bw_bps` is, in order of preference, the configured maximum bandwidth
-//! ([`CcContext::max_bw_bps`], SRTO_MAXBW), the measured input rate plus 25 % overhead
-//! ([`CcContext::input_rate_bps`] × 1.25, SRTO_INPUTBW with the default SRTO_OHEADBW), or
-//! 1 Gbit/s (125 000 000 B/s, libsrt's `BW_INFINITE`). The period is recomputed on
+//! where `max_bw_bps` is the configured maximum bandwidth ([`CcContext::max_bw_bps`],
+//! SRTO_MAXBW) when set; otherwise the larger of the measured input rate plus 25 % overhead
+//! ([`CcContext::input_rate_bps`] × 1.25) and 1 Gbit/s (125 000 000 B/s, libsrt's
+//! `BW_INFINITE`). Pacing below the input rate would queue a live source without bound, and a
+//! rate estimated from a slow or bursty start (small messages, silence) is easily far too low,
+//! so an estimate never lowers the rate below the 1 Gbit/s default. The period is recomputed on
 //! connection, on every ACK and on every timeout, so bandwidth changes are picked up.
 //!
 //! `avg_payload_bytes` starts at [`CcContext::payload_size`] and follows the sent packets with
@@ -47,10 +49,8 @@ impl LiveCc {
     pub fn max_bw_bps(ctx: &CcContext) -> f64 {
         if ctx.max_bw_bps > 0 {
             ctx.max_bw_bps as f64
-        } else if ctx.input_rate_bps > 0 {
-            ctx.input_rate_bps as f64 * INPUT_OVERHEAD
         } else {
-            DEFAULT_MAX_BW_BPS as f64
+            (ctx.input_rate_bps as f64 * INPUT_OVERHEAD).max(DEFAULT_MAX_BW_BPS as f64)
         }
     }
 
@@ -164,7 +164,12 @@ mod tests {
         let mut c = ctx();
         c.input_rate_bps = 1_000_000;
         let (_, ctl) = started(&c);
-        assert!((ctl.send_period_us - 1456.0 * 1e6 / 1_250_000.0).abs() < 1e-9);
+        // A low estimate never paces below the 1 Gbit/s default...
+        assert!((ctl.send_period_us - 1456.0 * 1e6 / 125_000_000.0).abs() < 1e-9);
+        // ...a high one gets its 25 % overhead.
+        c.input_rate_bps = 200_000_000;
+        let (_, ctl) = started(&c);
+        assert!((ctl.send_period_us - 1456.0 * 1e6 / 250_000_000.0).abs() < 1e-9);
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! rate control, as SRT's FileCC), [`live::LiveCc`] ("live", pacing at a maximum bandwidth).
 //! Users add their own through [`CcRegistry`].
 
+pub mod bbr;
 pub mod live;
 pub mod udt;
 
@@ -150,6 +151,7 @@ impl Default for CcRegistry {
         r.register("file", || Box::new(udt::UdtCc::default()));
         r.register("udt", || Box::new(udt::UdtCc::default()));
         r.register("live", || Box::new(live::LiveCc::default()));
+        r.register("bbr", || Box::new(bbr::Bbr::default()));
         r
     }
 }

@@ -30,6 +30,7 @@ pub struct ConnConfig {
     pub(crate) connect_timeout: Duration,
     pub(crate) linger: Duration,
     pub(crate) file_digest: bool,
+    pub(crate) initial_seq: Option<crate::seq::SeqNo>,
 }
 
 impl Default for ConnConfig {
@@ -56,6 +57,7 @@ impl Default for ConnConfig {
             // file mode; a transfer that cannot finish in a minute of silence is dead).
             linger: Duration::from_secs(60),
             file_digest: false,
+            initial_seq: None,
         }
     }
 }
@@ -94,8 +96,9 @@ impl ConnConfig {
     pub fn stream_id(&self) -> Option<&[u8]> {
         self.stream_id.as_deref()
     }
-    /// Congestion controller name from the endpoint's registry. Default: "file" for file and
-    /// message mode, "live" for live mode.
+    /// Congestion controller name from the endpoint's registry. Default: "bbr" (model-based,
+    /// loss-tolerant) for file and message mode, "live" for live mode. "file"/"udt" select
+    /// UDT's native control, as libsrt's file mode uses.
     pub fn set_cc(&mut self, name: &str) -> &mut Self {
         self.cc = name.to_string();
         self
@@ -107,7 +110,7 @@ impl ConnConfig {
         } else if self.mode == Mode::Live {
             "live"
         } else {
-            "file"
+            "bbr"
         }
     }
     /// Maximum sending bandwidth in bytes per second (0 = no cap; live mode then uses
@@ -145,6 +148,12 @@ impl ConnConfig {
     /// peers. Default off; the file transfer API turns it on.
     pub fn set_file_digest(&mut self, on: bool) -> &mut Self {
         self.file_digest = on;
+        self
+    }
+    /// Initial sequence number of a caller (default: random, as the protocol intends). Fixing
+    /// it is for tests, e.g. of sequence-number wrap-around.
+    pub fn set_initial_seq(&mut self, isn: Option<crate::seq::SeqNo>) -> &mut Self {
+        self.initial_seq = isn;
         self
     }
 }

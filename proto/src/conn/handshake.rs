@@ -34,6 +34,9 @@ pub(super) struct HsState {
     pub cookie: u32,
     pub next_retry_us: u64,
     pub deadline_us: u64,
+    /// When our conclusion (caller) or conclusion response (listener) was first sent; the
+    /// answer to it is the connection's first RTT sample.
+    pub conclusion_sent_us: Option<u64>,
     /// Listener: our conclusion response, replayed when the caller repeats its conclusion.
     pub response: Option<Handshake>,
 }
@@ -92,6 +95,7 @@ impl Connection {
             cookie: 0,
             next_retry_us: 0,
             deadline_us,
+            conclusion_sent_us: None,
             response: None,
         };
         let mut c = Connection::new(now, local_id, peer_addr, Role::Caller, cfg, cc, isn, hs);
@@ -114,6 +118,7 @@ impl Connection {
             cookie: acc.response.cookie,
             next_retry_us: u64::MAX,
             deadline_us: u64::MAX,
+            conclusion_sent_us: None,
             response: Some(acc.response),
         };
         let mut c = Connection::new(
@@ -212,9 +217,17 @@ impl Connection {
                     return None;
                 }
                 self.hs.next_retry_us = now_us + super::HS_RETRY_US;
+                if self.hs.phase == Phase::Conclusion {
+                    self.hs.conclusion_sent_us.get_or_insert(now_us);
+                }
                 (self.caller_handshake(), 0)
             }
-            Role::Listener => (self.hs.response.clone()?, self.peer_id),
+            Role::Listener => {
+                if !self.rtt_sampled {
+                    self.hs.conclusion_sent_us.get_or_insert(now_us);
+                }
+                (self.hs.response.clone()?, self.peer_id)
+            }
         };
         Control {
             timestamp: now_us as u32,
@@ -222,6 +235,15 @@ impl Connection {
             body: ControlBody::Handshake(hs),
         }
         .emit(buf)
+    }
+
+    /// Listener: the first packet after our response closes the handshake's round trip.
+    pub(super) fn listener_rtt_sample(&mut self, now_us: u64) {
+        if self.role == Role::Listener && !self.rtt_sampled {
+            if let Some(t) = self.hs.conclusion_sent_us.take() {
+                self.update_rtt(now_us.saturating_sub(t));
+            }
+        }
     }
 
     pub(super) fn on_handshake(&mut self, now_us: u64, ts: u32, hs: &Handshake) {
@@ -264,6 +286,13 @@ impl Connection {
                         .slipstream
                         .is_some_and(|s| s.flags & SlipstreamExt::FILE_DIGEST != 0);
                 self.tsbpd_offset_us = now_us as i64 - i64::from(ts);
+                // The conclusion exchange is a round trip: a first RTT sample before any data,
+                // so the retransmission timer is sane on long paths from the start. Timed from
+                // the first conclusion: if that one was lost the sample is too long, which only
+                // makes the first timeouts more patient.
+                if let Some(t) = self.hs.conclusion_sent_us {
+                    self.update_rtt(now_us.saturating_sub(t));
+                }
                 self.hs.phase = Phase::Done;
                 self.establish(now_us, Event::Connected);
             }

@@ -155,6 +155,7 @@ pub struct Connection {
     peer_recv_rate_bps: u64,
     peer_bandwidth_pps: u32,
     last_cc_ack_us: u64,
+    acked_since_cc: u32,
     losses_scratch: Vec<(SeqNo, SeqNo)>,
     input_rate: InputRate,
 
@@ -184,6 +185,8 @@ pub struct Connection {
     last_rsp_us: u64,
     last_send_us: u64,
     exp_count: u32,
+    rto_base_us: u64,
+    last_timer_us: u64,
     linger_deadline: Option<u64>,
     peer_shutdown: bool,
 
@@ -268,6 +271,7 @@ impl Connection {
             peer_recv_rate_bps: 0,
             peer_bandwidth_pps: 0,
             last_cc_ack_us: 0,
+            acked_since_cc: 0,
             losses_scratch: Vec::with_capacity(64),
             input_rate: InputRate::default(),
             rbuf: RecvBuffer::new(payload_size, init, max_pkts, isn),
@@ -292,6 +296,8 @@ impl Connection {
             last_rsp_us: 0,
             last_send_us: 0,
             exp_count: 1,
+            rto_base_us: 0,
+            last_timer_us: 0,
             linger_deadline: None,
             peer_shutdown: false,
             pending: Pending::default(),
@@ -415,7 +421,10 @@ impl Connection {
             State::Closed(_) => return None,
             State::Connecting => self.hs.next_retry_us.min(self.hs.deadline_us),
             State::Connected | State::Closing => {
-                let mut t = self.next_ack_tick.min(self.exp_deadline_us());
+                let mut t = self.next_ack_tick.min(self.idle_deadline_us());
+                if let Some(d) = self.rto_deadline_us() {
+                    t = t.min(d);
+                }
                 t = t.min(self.last_send_us + KEEPALIVE_US);
                 if !self.rcv_loss.is_empty() {
                     t = t.min(self.next_nak_tick);
@@ -451,8 +460,12 @@ impl Connection {
                     self.pending.periodic_nak = true;
                     self.next_nak_tick = now_us + self.nak_interval_us();
                 }
-                if now_us >= self.exp_deadline_us() {
-                    self.on_exp(now_us);
+                if now_us >= self.idle_deadline_us() {
+                    self.close_with(CloseReason::PeerIdle);
+                    return;
+                }
+                if self.rto_deadline_us().is_some_and(|d| now_us >= d) {
+                    self.on_rto(now_us);
                 }
                 if now_us >= self.last_send_us + KEEPALIVE_US {
                     self.pending.keepalive = true;
@@ -477,7 +490,15 @@ impl Connection {
             return;
         }
         self.last_rsp_us = now_us;
-        self.exp_count = 1;
+        if !matches!(
+            pkt,
+            Packet::Control(Control {
+                body: ControlBody::Handshake(_),
+                ..
+            })
+        ) {
+            self.listener_rtt_sample(now_us);
+        }
         match pkt {
             Packet::Data(h, payload) => {
                 if matches!(self.state, State::Connected | State::Closing) {
@@ -709,6 +730,10 @@ impl Connection {
             s.recv_rate_pps = self.peer_recv_rate_pps;
             s.recv_rate_bps = self.peer_recv_rate_bps;
         }
+        s.snd_loss_pkts = self.snd_loss.len();
+        s.snd_loss_ranges = self.snd_loss.range_count() as u32;
+        s.rcv_loss_pkts = self.rcv_loss.len();
+        s.rcv_loss_ranges = self.rcv_loss.range_count() as u32;
         s.mss = self.mss;
         s.latency_ms = (self.latency_us / 1000) as u32;
         s
@@ -729,40 +754,50 @@ impl Connection {
         }
     }
 
-    fn exp_deadline_us(&self) -> u64 {
-        let base =
-            u64::from(self.exp_count) * (self.srtt_us + 4 * self.rttvar_us) + SYN_INTERVAL_US;
-        let min = u64::from(self.exp_count) * MIN_EXP_US;
+    /// Retransmission timeout (UDT's EXP period): RTT-based, backed off by `exp_count`.
+    fn rto_us(&self) -> u64 {
+        let base = self.srtt_us + 4 * self.rttvar_us + SYN_INTERVAL_US;
+        // Until a real RTT sample exists, be as patient as TCP's initial RTO (RFC 6298: 1 s).
+        let floor = if self.rtt_sampled {
+            MIN_EXP_US
+        } else {
+            1_000_000
+        };
         let rto = self.ctl.rto.map(|d| d.as_micros() as u64).unwrap_or(0);
-        self.last_rsp_us + base.max(min).max(rto)
+        u64::from(self.exp_count) * base.max(floor).max(rto)
+    }
+
+    /// When unacknowledged data is presumed lost: an RTO after the acknowledgements last made
+    /// progress (not after any packet: a receiver that repeats the same ACK while the last
+    /// packet of a transfer is lost must not keep the timer from firing).
+    fn rto_deadline_us(&self) -> Option<u64> {
+        (self.sbuf.in_flight() > 0 && self.cfg.mode != Mode::Live)
+            .then(|| self.rto_base_us + self.rto_us())
+    }
+
+    /// When the peer is declared dead: the idle timeout after the last packet of any kind.
+    fn idle_deadline_us(&self) -> u64 {
+        self.last_rsp_us + self.cfg.peer_idle_timeout.as_micros() as u64
     }
 
     fn nak_interval_us(&self) -> u64 {
         ((self.srtt_us + 4 * self.rttvar_us) / 2).max(20_000)
     }
 
-    fn on_exp(&mut self, now_us: u64) {
-        if now_us.saturating_sub(self.last_rsp_us) >= self.cfg.peer_idle_timeout.as_micros() as u64
-            && self.exp_count > 4
-        {
-            self.close_with(CloseReason::PeerIdle);
-            return;
+    fn on_rto(&mut self, now_us: u64) {
+        // Nothing acknowledged for a whole RTO with data outstanding: everything unacknowledged
+        // is presumed lost (UDT's EXP), and the controller is told. Backs off until an ACK
+        // makes progress again.
+        if self.snd_loss.is_empty() {
+            let first = self.sbuf.base();
+            let last = self.sbuf.next_unsent().sub(1);
+            self.snd_loss.insert(first, last);
         }
-        if self.sbuf.in_flight() > 0 && self.cfg.mode != Mode::Live {
-            // Nothing heard for a whole RTO with data outstanding: everything unacknowledged
-            // is presumed lost (UDT's EXP), and the controller is told.
-            if self.snd_loss.is_empty() {
-                let first = self.sbuf.base();
-                let last = self.sbuf.next_unsent().sub(1);
-                self.snd_loss.insert(first, last);
-            }
-            self.stats.timeouts += 1;
-            let ctx = self.cc_ctx(now_us);
-            self.cc.on_timeout(&ctx, &mut self.ctl);
-        } else {
-            self.pending.keepalive = true;
-        }
-        self.exp_count += 1;
+        self.stats.timeouts += 1;
+        let ctx = self.cc_ctx(now_us);
+        self.cc.on_timeout(&ctx, &mut self.ctl);
+        self.exp_count = (self.exp_count + 1).min(16);
+        self.rto_base_us = now_us;
     }
 
     fn emit_ctrl(&self, now_us: u64, body: ControlBody<'_>, buf: &mut [u8]) -> Option<usize> {

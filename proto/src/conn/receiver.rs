@@ -223,26 +223,44 @@ impl Connection {
         }
     }
 
-    /// Live mode: the next time something becomes deliverable or too late.
+    /// Live mode: the next time something becomes deliverable or too late. A time already
+    /// handled is not reported again (a due message waits for the reader, not for a timer).
     pub(super) fn live_next_event_us(&self) -> Option<u64> {
-        self.rbuf
-            .first_present(self.rcv_max)
-            .map(|(_, m)| self.play_time_us(m.ts_us))
+        let complete = self.rbuf.head().is_some() && self.rbuf.head_message(self.rcv_max).is_some();
+        let next = if complete {
+            self.rbuf.head().copied().map(|m| (self.rbuf.read_seq(), m))
+        } else if self.rbuf.head().is_none() {
+            self.rbuf.first_present(self.rcv_max)
+        } else {
+            self.rbuf.first_present_after_hole(self.rcv_max)
+        };
+        next.map(|(_, m)| self.play_time_us(m.ts_us))
+            .filter(|&t| t > self.last_timer_us)
     }
 
     pub(super) fn live_timers(&mut self, now_us: u64) {
+        self.last_timer_us = now_us;
         self.sender_drop_too_late(now_us);
-        // Receiver: when the head is missing and a later packet is already due, the missing
-        // ones can never be played in time: skip them (too-late packet drop).
-        while self.rbuf.head().is_none() {
-            let Some((seq, m)) = self.rbuf.first_present(self.rcv_max) else {
+        // Receiver: when a packet at the head of the line is missing (alone, or inside the head
+        // message) and a packet after the hole is already due to play, the hole can never be
+        // filled in time: skip to that packet (too-late packet drop).
+        loop {
+            let complete =
+                self.rbuf.head().is_some() && self.rbuf.head_message(self.rcv_max).is_some();
+            if complete {
                 break;
+            }
+            let next = if self.rbuf.head().is_none() {
+                self.rbuf.first_present(self.rcv_max)
+            } else {
+                self.rbuf.first_present_after_hole(self.rcv_max)
             };
+            let Some((seq, m)) = next else { break };
             if self.play_time_us(m.ts_us) > now_us {
                 break;
             }
-            let (slots, _) = self.rbuf.drop_before(seq);
-            self.stats.pkts_rcv_dropped += slots as u64;
+            let (slots, present) = self.rbuf.drop_before(seq);
+            self.stats.pkts_rcv_dropped += (slots - present) as u64;
             self.rcv_loss.remove_before(seq);
             if self.drop_upto.lt(seq) {
                 self.drop_upto = seq;
@@ -264,13 +282,11 @@ impl Connection {
             }
             break;
         }
-        if self.cfg.mode == Mode::Live {
-            if self.cfg.mode == Mode::Live
-                && self.rbuf.head().is_some()
-                && !self.live_deliverable(now_us)
-            {
-                return MsgRead::None;
-            }
+        if self.cfg.mode == Mode::Live
+            && self.rbuf.head().is_some()
+            && !self.live_deliverable(now_us)
+        {
+            return MsgRead::None;
         }
         self.rbuf.read_message(self.rcv_ack, buf)
     }

@@ -81,9 +81,6 @@ impl RecvBuffer {
     pub fn cap(&self) -> usize {
         self.cap
     }
-    pub fn max_cap(&self) -> usize {
-        self.max_cap
-    }
     pub fn count(&self) -> usize {
         self.count
     }
@@ -107,12 +104,6 @@ impl RecvBuffer {
     pub fn free_after(&self, upto: SeqNo) -> usize {
         let used = upto.diff(self.read_seq).max(0) as usize;
         self.cap.saturating_sub(used)
-    }
-
-    /// Whether `seq` fits in the window.
-    pub fn in_window(&self, seq: SeqNo) -> bool {
-        let off = seq.diff(self.read_seq);
-        off >= 0 && (off as usize) < self.cap
     }
 
     pub fn insert(
@@ -269,6 +260,17 @@ impl RecvBuffer {
     pub fn first_present(&self, limit: SeqNo) -> Option<(SeqNo, RSlot)> {
         let avail = limit.diff(self.read_seq).max(0) as usize;
         (0..avail.min(self.cap)).find_map(|k| {
+            let m = self.meta[self.idx(k)];
+            m.present.then(|| (self.read_seq.add(k as u32), m))
+        })
+    }
+
+    /// The first present packet after the first hole at or after the head (scanning up to
+    /// `limit`): where delivery can resume if the hole is given up.
+    pub fn first_present_after_hole(&self, limit: SeqNo) -> Option<(SeqNo, RSlot)> {
+        let avail = (limit.diff(self.read_seq).max(0) as usize).min(self.cap);
+        let hole = (0..avail).find(|&k| !self.meta[self.idx(k)].present)?;
+        (hole + 1..avail).find_map(|k| {
             let m = self.meta[self.idx(k)];
             m.present.then(|| (self.read_seq.add(k as u32), m))
         })

@@ -15,6 +15,8 @@ pub(crate) struct SlotMeta {
     pub origin_us: u64,
     /// When it was last sent (0 = never), µs since connection start.
     pub last_sent_us: u64,
+    /// Sent more than once.
+    pub retransmitted: bool,
 }
 
 const EMPTY: SlotMeta = SlotMeta {
@@ -24,6 +26,7 @@ const EMPTY: SlotMeta = SlotMeta {
     in_order: true,
     origin_us: 0,
     last_sent_us: 0,
+    retransmitted: false,
 };
 
 #[derive(Debug)]
@@ -70,14 +73,8 @@ impl SendBuffer {
         }
     }
 
-    pub fn slot_size(&self) -> usize {
-        self.slot_size
-    }
     pub fn cap(&self) -> usize {
         self.cap
-    }
-    pub fn max_cap(&self) -> usize {
-        self.max_cap
     }
     pub fn len(&self) -> usize {
         self.len
@@ -144,6 +141,7 @@ impl SendBuffer {
                 in_order: false,
                 origin_us: now_us,
                 last_sent_us: 0,
+                retransmitted: false,
             };
             self.len += 1;
             self.bytes += n as u64;
@@ -182,6 +180,7 @@ impl SendBuffer {
                 in_order: true,
                 origin_us: now_us,
                 last_sent_us: 0,
+                retransmitted: false,
             };
             self.len += 1;
             self.bytes += chunk.len() as u64;
@@ -202,13 +201,14 @@ impl SendBuffer {
     }
 
     /// Marks `seq` sent at `now_us`; a first send moves the unsent boundary.
-    pub fn mark_sent(&mut self, seq: SeqNo, now_us: u64) {
+    pub fn mark_sent(&mut self, seq: SeqNo, now_us: u64, rexmit: bool) {
         let off = seq.diff(self.base);
         if off < 0 || off as usize >= self.len {
             return;
         }
         let i = self.idx(off as usize);
         self.meta[i].last_sent_us = now_us.max(1);
+        self.meta[i].retransmitted |= rexmit;
         if off as usize == self.sent {
             self.sent += 1;
         }
@@ -297,8 +297,8 @@ mod tests {
         assert_eq!(b.len(), 2);
         assert_eq!(b.get(SeqNo::new(SeqNo::MAX - 1)).unwrap().1, b"helloworld");
         assert_eq!(b.get(SeqNo::new(SeqNo::MAX)).unwrap().1, b"!!");
-        b.mark_sent(SeqNo::new(SeqNo::MAX - 1), 5);
-        b.mark_sent(SeqNo::new(SeqNo::MAX), 5);
+        b.mark_sent(SeqNo::new(SeqNo::MAX - 1), 5, false);
+        b.mark_sent(SeqNo::new(SeqNo::MAX), 5, false);
         assert_eq!(b.push_stream(&[1u8; 100], 0), 20);
         assert_eq!(b.ack(SeqNo::new(0)), (2, 12));
         assert_eq!(b.base(), SeqNo::new(0));

@@ -75,7 +75,11 @@ impl Connection {
         hdr.emit(head.try_into().ok()?);
         rest.copy_from_slice(payload);
         let bytes = payload.len();
-        self.sbuf.mark_sent(seq, now_us);
+        if self.sbuf.in_flight() == 0 {
+            // The retransmission timer runs from the moment something is outstanding.
+            self.rto_base_us = now_us;
+        }
+        self.sbuf.mark_sent(seq, now_us, rexmit);
         self.stats.pkts_sent += 1;
         self.stats.bytes_sent += bytes as u64;
         if rexmit {
@@ -86,7 +90,7 @@ impl Connection {
         }
         // Pacing. The first packet of each probe pair (sequence % 16 == 0) is followed at once
         // by the next, so the receiver can estimate the link capacity from their spacing.
-        if rexmit || seq.get() % 16 != 0 {
+        if rexmit || !seq.get().is_multiple_of(16) {
             let period = if self.ctl.send_period_us.is_finite() {
                 self.ctl.send_period_us.max(0.0)
             } else {
@@ -137,12 +141,18 @@ impl Connection {
         }
         let (pkts, bytes) = self.sbuf.ack(a.ack_seq);
         if pkts > 0 {
+            self.rto_base_us = now_us;
+            self.exp_count = 1;
             self.stats.bytes_acked += bytes;
             self.snd_loss.remove_before(self.sbuf.base());
+            self.acked_since_cc += pkts;
         }
         if a.info.is_some() {
+            // The controller hears full ACKs only, with everything freed since the last one
+            // (light ACKs included).
+            let newly = std::mem::take(&mut self.acked_since_cc);
             let ctx = self.cc_ctx(now_us);
-            self.cc.on_ack(&ctx, &mut self.ctl, a.ack_seq, pkts);
+            self.cc.on_ack(&ctx, &mut self.ctl, a.ack_seq, newly);
             self.last_cc_ack_us = now_us;
             // The send buffer must hold the whole window in flight, plus room to queue.
             let want = self.window() + self.window() / 2 + 64;

@@ -87,6 +87,14 @@ pub struct ConnStats {
     pub recv_rate_pps: u32,
     /// Receive rate, bytes/s.
     pub recv_rate_bps: u64,
+    /// Sender's loss list: packets waiting for retransmission.
+    pub snd_loss_pkts: u64,
+    /// Sender's loss list: ranges stored (its memory is proportional to this).
+    pub snd_loss_ranges: u32,
+    /// Receiver's loss list: packets missing.
+    pub rcv_loss_pkts: u64,
+    /// Receiver's loss list: ranges stored.
+    pub rcv_loss_ranges: u32,
     /// Negotiated maximum segment size.
     pub mss: u32,
     /// Negotiated TSBPD latency, milliseconds (live mode).

@@ -8,3 +8,5 @@
 mod link;
 
 pub use link::{GilbertElliott, Link, LinkConfig, LinkStats};
+mod pair;
+pub use pair::Pair;

@@ -1,0 +1,944 @@
+//! A model-based rate controller in the spirit of BBR v1 (Cardwell, Cheng, Gunn, Hassas Yeganeh,
+//! Jacobson, "BBR: Congestion-Based Congestion Control", ACM Queue 14(5), 2016;
+//! draft-cardwell-iccrg-bbr-congestion-control-00).
+//!
+//! Instead of reacting to loss, the controller keeps a model of the path — the bottleneck
+//! bandwidth `btl_bw` and the round-trip propagation time `min_rtt` — and paces at
+//! `pacing_gain × btl_bw`, with at most `cwnd_gain × btl_bw × min_rtt` packets in flight. Random
+//! loss does not change the model, so long lossy paths keep their rate.
+//!
+//! **Model.**
+//!
+//! - Bandwidth samples are the receiver's arrival rate, [`CcContext::recv_rate_pps`], taken on
+//!   every full ACK (every SYN interval, 10 ms). When the sender is faster than the bottleneck
+//!   this is the bottleneck's service rate. A sender-side delivery rate (packets newly
+//!   acknowledged over time) is not used: the ACK is cumulative, so under random loss it stalls
+//!   behind every hole for about two round trips and then jumps, and a max filter turns those
+//!   jumps into large overestimates. `btl_bw` is the maximum sample over the last
+//!   [`BW_WINDOW_ROUNDS`] slots of a windowed max filter; a slot lasts one ProbeBW phase.
+//! - Rounds are counted in time: one round lasts `max(min_rtt, SYN interval)`. The cumulative
+//!   ACK is no good round marker under loss for the same reason as above. A ProbeBW phase (and
+//!   a filter slot) lasts a round, but at least [`PHASE_MIN_SYNS`] SYN intervals (80 ms): the
+//!   engine smooths the receive rate (weight 1/8 per full ACK), and a shorter 1.25 probe would
+//!   be mostly averaged away, leaving the estimate below the bottleneck rate on lossy paths.
+//! - `min_rtt` is the minimum over [`MIN_RTT_WINDOW_US`] (10 s) of our own RTT samples: the
+//!   time from sending a packet (every fourth first transmission is recorded)
+//!   to the full ACK that covers it. Samples taken right after a hole fills are large, and the
+//!   minimum ignores them. [`CcContext::rtt`] is used only until the first own sample: the
+//!   engine's smoothed RTT starts from a 100 ms default and takes about a second to converge.
+//!
+//! **States.**
+//!
+//! - *Startup*: pacing and window gain [`HIGH_GAIN`] (2/ln 2 ≈ 2.89). Before the first bandwidth
+//!   sample the controller behaves as slow start: unpaced (period 1 µs), window 16 packets,
+//!   grown by the packets acknowledged (doubling once per round trip). The first sample comes
+//!   from that unpaced burst, which crosses the bottleneck back to back, so it is already close
+//!   to the bottleneck rate. Startup ends when
+//!   `btl_bw` has not grown by 25 % in three rounds ("the pipe is full"), or when a round sees
+//!   heavy loss (see below).
+//! - *Drain*: pacing gain `1 / 2.89`, window gain 2.89, until the packets in flight fall to the
+//!   estimated BDP (plus the allowances below), at most [`DRAIN_MAX_ROUNDS`] rounds. In-flight is
+//!   not in [`CcContext`]; it is estimated as `last_sent_seq - ack_seq + 1` on each ACK, which
+//!   also counts packets delivered beyond a hole, hence the round limit.
+//! - *ProbeBW*: window gain 2, pacing gains cycling through `[1.25, 0.75, 1, 1, 1, 1, 1, 1]`,
+//!   one phase per phase length (above). The cycle starts at a pseudo-random phase other than 0.75 (derived
+//!   from the sequence number, so runs in virtual time are reproducible), which desynchronises
+//!   flows sharing a bottleneck. The 1.25 phase probes for more bandwidth; the 0.75 phase drains
+//!   the queue the probe made. A flow with a small share gains relatively more from its probes
+//!   than a flow with a large share, which moves flows towards equal shares.
+//! - *ProbeRTT*: when `min_rtt` has not been refreshed for 10 s, the window drops to
+//!   [`MIN_CWND`] for `max(200 ms, one round)` so that queues drain and the RTT can be measured
+//!   again, then the controller returns to ProbeBW (or Startup if the pipe was never full).
+//!
+//! **Outputs.**
+//!
+//! - `send_period_us = 1e6 / (pacing_gain × btl_bw) × 16/15`. The engine sends the first packet
+//!   of every SRT probe pair (sequence number divisible by 16) back to back with the next one,
+//!   without waiting a period, so sixteen packets take fifteen periods; the factor 16/15 makes
+//!   the actual rate the intended one.
+//! - `cwnd_pkts = cwnd_gain × btl_bw × min_rtt + ack allowance + loss allowance`, at least 16.
+//!   The *ack allowance*, `btl_bw × SYN interval + 64`, covers the packets acknowledged but not
+//!   yet reported (full ACKs come every 10 ms, light ACKs every 64 packets). The engine counts
+//!   every packet from the oldest unacknowledged one as in flight; after a loss, the packets
+//!   delivered behind the hole stay counted until the retransmission arrives and is
+//!   acknowledged, about two round trips later. The *loss allowance*,
+//!   `btl_bw × LOSS_ALLOWANCE_RTTS × min_rtt`, added in ProbeBW while losses were reported in
+//!   the last [`BW_WINDOW_ROUNDS`] rounds, keeps those delivered packets from closing the
+//!   window; pacing still sets the rate. It is withheld while the engine's smoothed RTT exceeds
+//!   its own minimum by [`QUEUE_RTT_FACTOR`]: a standing queue means the losses are congestion
+//!   (flows sharing a bottleneck overestimate their sum), and there the window must bound the
+//!   queue. Without this rule two flows stay window-limited on a full queue and the larger
+//!   keeps the larger share.
+//! - Once there is a model the window is set to its target on every ACK, in every state.
+//!
+//! **Loss.** Like BBR v1, a loss report does not change the model. One guard: if over a round
+//! more than [`HEAVY_LOSS_RATIO`] (20 %) of the packets sent (retransmissions included) are
+//! reported lost, the path is taken to be really congested (a random-loss link this bad is
+//! unusable anyway): in Startup the pipe is declared full (go to Drain); in ProbeBW every slot
+//! of the bandwidth filter is multiplied by [`HEAVY_LOSS_CUT`] (0.85), once per round, so the
+//! estimate falls by at most 15 % per round and recovers by probing once the loss stops. Drain
+//! and ProbeRTT, which already send less, ignore it.
+//!
+//! **Timeout.** The model is kept; for one round the window is [`MIN_CWND`] (4) packets, so
+//! only the retransmissions the engine queued go out, then the window returns to its target.
+//!
+//! **Bounds.** A configured maximum bandwidth ([`CcContext::max_bw_bps`]) caps the bandwidth
+//! used, as in the other controllers (`period >= MSS × 1e6 / max_bw_bps`). The period stays in
+//! [1, 1e6] µs and the window in [4, 2 × flow window] packets; zero or absurd inputs never
+//! produce NaN or infinities.
+//!
+//! Not implemented from BBR v1: app-limited sample marking (a flow that runs out of data lets
+//! its estimate decay after ten slots, then probes back up in ProbeBW), and the early end of
+//! the 1.25 / 0.75 phases by in-flight, since the engine gives no exact in-flight.
+
+use super::{CcContext, CcControl, CongestionControl};
+use crate::seq::SeqNo;
+use std::collections::VecDeque;
+
+/// Startup gain, 2/ln 2: the smallest gain that doubles the delivery rate every round.
+pub const HIGH_GAIN: f64 = 2.885_390_081_777_927;
+/// Window gain in ProbeBW.
+pub const CWND_GAIN: f64 = 2.0;
+/// ProbeBW pacing gains, one phase per round.
+pub const GAIN_CYCLE: [f64; 8] = [1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
+/// Rounds covered by the bandwidth max filter.
+pub const BW_WINDOW_ROUNDS: usize = 10;
+/// How long a `min_rtt` sample stays valid, µs.
+pub const MIN_RTT_WINDOW_US: u64 = 10_000_000;
+/// Minimum time spent in ProbeRTT, µs.
+pub const PROBE_RTT_US: u64 = 200_000;
+/// Bandwidth growth that counts as "still growing" in Startup.
+pub const FULL_BW_GROWTH: f64 = 1.25;
+/// Rounds without such growth after which the pipe is full.
+pub const FULL_BW_ROUNDS: u32 = 3;
+/// Longest Drain, in rounds.
+pub const DRAIN_MAX_ROUNDS: u64 = 3;
+/// Loss ratio over a round that counts as congestion.
+pub const HEAVY_LOSS_RATIO: f64 = 0.2;
+/// Factor applied to the bandwidth estimate on a heavy-loss round.
+pub const HEAVY_LOSS_CUT: f64 = 0.85;
+/// Packets that must be sent in a round before its loss ratio is trusted.
+const HEAVY_LOSS_MIN_PKTS: u64 = 20;
+/// Extra window, in smoothed RTTs of bandwidth, while losses are being reported.
+pub const LOSS_ALLOWANCE_RTTS: f64 = 2.0;
+/// The loss allowance is withheld while the smoothed RTT exceeds `min_rtt` by this factor.
+pub const QUEUE_RTT_FACTOR: f64 = 1.25;
+/// Initial window and smallest model window, packets.
+pub const INITIAL_CWND: f64 = 16.0;
+/// Smallest window ever (timeout, ProbeRTT), packets.
+pub const MIN_CWND: f64 = 4.0;
+/// Packets of slack for light-ACK granularity.
+const ACK_SLACK_PKTS: f64 = 64.0;
+/// Smallest sending period in µs (effectively unpaced).
+pub const MIN_PERIOD_US: f64 = 1.0;
+/// Largest sending period in µs (one packet per second).
+pub const MAX_PERIOD_US: f64 = 1_000_000.0;
+/// Largest window, packets, when the flow window is unknown.
+const DEFAULT_FLOW_WINDOW: f64 = 25_600.0;
+/// The engine sends 16 packets per 15 periods (probe pairs); the period is scaled by this.
+const PROBE_PAIR_FACTOR: f64 = 16.0 / 15.0;
+/// SYN interval assumed when the context gives none, µs.
+const DEFAULT_SYN_US: f64 = 10_000.0;
+/// MSS assumed when the context gives none.
+const DEFAULT_MSS: f64 = 1_500.0;
+/// Shortest ProbeBW phase (and bandwidth-filter slot), in SYN intervals: the receive rate in
+/// [`CcContext::recv_rate_pps`] is smoothed by the engine with weight 1/8 per full ACK (one per
+/// SYN interval), so a change of the sending rate needs about eight SYN intervals to show in
+/// the samples; a 1.25 probe shorter than that would be mostly averaged away.
+pub const PHASE_MIN_SYNS: f64 = 8.0;
+/// Send times are recorded for sequence numbers divisible by this.
+const SEND_TIME_STRIDE: u32 = 4;
+/// Most send times kept (covers `STRIDE × this` packets in flight).
+const MAX_SEND_TIMES: usize = 8192;
+/// Largest bandwidth sample accepted, packets/s (keeps products finite and meaningful).
+const MAX_BW_PPS: f64 = 1e9;
+
+/// The controller's state machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BbrState {
+    /// Exponential search for the bottleneck bandwidth.
+    Startup,
+    /// Draining the queue Startup built.
+    Drain,
+    /// Steady state: pacing at the estimate, probing periodically.
+    ProbeBw,
+    /// Window at the minimum to re-measure the propagation delay.
+    ProbeRtt,
+}
+
+/// BBR-style controller ("bbr"). See the module documentation.
+#[derive(Debug, Clone)]
+pub struct Bbr {
+    state: BbrState,
+    /// Per-round maximum bandwidth samples, packets/s (0 = none).
+    bw_slots: [f64; BW_WINDOW_ROUNDS],
+    /// Slot of the current round.
+    bw_idx: usize,
+    /// Rounds completed.
+    round_count: u64,
+    /// Start of the current round, µs; `None` before the first event.
+    round_start_us: Option<u64>,
+    /// Start of the current bandwidth-filter slot, µs.
+    slot_start_us: Option<u64>,
+    /// Minimum RTT, µs (0 = unknown).
+    min_rtt_us: f64,
+    /// When `min_rtt_us` was last set or confirmed, µs.
+    min_rtt_stamp_us: u64,
+    /// Bandwidth at the last 25 % growth in Startup.
+    full_bw: f64,
+    /// Rounds since that growth.
+    full_bw_rounds: u32,
+    /// Startup is over for good.
+    filled_pipe: bool,
+    /// Current ProbeBW phase.
+    cycle_idx: usize,
+    /// Start of the current phase, µs.
+    cycle_start_us: u64,
+    /// Round at which Drain started.
+    drain_start_round: u64,
+    /// End of ProbeRTT, µs.
+    probe_rtt_done_us: u64,
+    /// Model window, packets (before the timeout/ProbeRTT minimum and the flow-window bound).
+    cwnd: f64,
+    /// Largest cumulative ACK seen.
+    last_ack: Option<SeqNo>,
+    /// Estimated packets in flight at the last ACK.
+    inflight_est: f64,
+    /// `pkts_sent` and `pkts_lost` at the start of the current round.
+    round_sent_base: u64,
+    round_lost_base: u64,
+    /// Round of the last loss report.
+    last_loss_round: Option<u64>,
+    /// The window stays at the minimum until this time (after a timeout), µs.
+    timeout_until_us: Option<u64>,
+    /// Send times of some first transmissions, oldest first: (sequence number, µs).
+    send_times: VecDeque<(SeqNo, u64)>,
+    /// `min_rtt_us` comes from our own samples.
+    own_rtt: bool,
+    /// Minimum of the engine's smoothed RTT, µs (0 = none), renewed with `min_rtt_us`.
+    engine_min_rtt_us: f64,
+}
+
+impl Default for Bbr {
+    fn default() -> Self {
+        Bbr {
+            state: BbrState::Startup,
+            bw_slots: [0.0; BW_WINDOW_ROUNDS],
+            bw_idx: 0,
+            round_count: 0,
+            round_start_us: None,
+            slot_start_us: None,
+            min_rtt_us: 0.0,
+            min_rtt_stamp_us: 0,
+            full_bw: 0.0,
+            full_bw_rounds: 0,
+            filled_pipe: false,
+            cycle_idx: 0,
+            cycle_start_us: 0,
+            drain_start_round: 0,
+            probe_rtt_done_us: 0,
+            cwnd: INITIAL_CWND,
+            last_ack: None,
+            inflight_est: 0.0,
+            round_sent_base: 0,
+            round_lost_base: 0,
+            last_loss_round: None,
+            timeout_until_us: None,
+            send_times: VecDeque::new(),
+            own_rtt: false,
+            engine_min_rtt_us: 0.0,
+        }
+    }
+}
+
+/// Replaces a non-finite value.
+fn finite_or(x: f64, fallback: f64) -> f64 {
+    if x.is_finite() {
+        x
+    } else {
+        fallback
+    }
+}
+
+fn syn_us(ctx: &CcContext) -> f64 {
+    let s = ctx.syn_interval.as_micros() as f64;
+    if s > 0.0 {
+        s
+    } else {
+        DEFAULT_SYN_US
+    }
+}
+
+fn mss(ctx: &CcContext) -> f64 {
+    if ctx.mss > 0 {
+        f64::from(ctx.mss)
+    } else {
+        DEFAULT_MSS
+    }
+}
+
+fn max_cwnd(ctx: &CcContext) -> f64 {
+    let fw = if ctx.flow_window > 0 {
+        f64::from(ctx.flow_window)
+    } else {
+        DEFAULT_FLOW_WINDOW
+    };
+    (2.0 * fw).max(MIN_CWND)
+}
+
+/// A deterministic value in [0, 1) from a sequence number (SplitMix64 finaliser).
+fn unit_from_seq(seq: SeqNo) -> f64 {
+    let mut z = u64::from(seq.get()).wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 53) as f64
+}
+
+impl Bbr {
+    /// Current state.
+    pub fn state(&self) -> BbrState {
+        self.state
+    }
+
+    /// Bottleneck bandwidth estimate, packets/s (0 until the first sample).
+    pub fn btl_bw_pps(&self) -> f64 {
+        self.bw_slots.iter().copied().fold(0.0, f64::max)
+    }
+
+    /// Propagation delay estimate, µs (0 until the first RTT).
+    pub fn min_rtt_us(&self) -> f64 {
+        self.min_rtt_us
+    }
+
+    /// Current pacing gain.
+    pub fn pacing_gain(&self) -> f64 {
+        match self.state {
+            BbrState::Startup => HIGH_GAIN,
+            BbrState::Drain => 1.0 / HIGH_GAIN,
+            BbrState::ProbeBw => GAIN_CYCLE[self.cycle_idx % GAIN_CYCLE.len()],
+            BbrState::ProbeRtt => 1.0,
+        }
+    }
+
+    fn cwnd_gain(&self) -> f64 {
+        match self.state {
+            BbrState::Startup | BbrState::Drain => HIGH_GAIN,
+            BbrState::ProbeBw | BbrState::ProbeRtt => CWND_GAIN,
+        }
+    }
+
+    /// Length of a round, µs: `max(min_rtt, SYN interval)`.
+    fn round_len_us(&self, ctx: &CcContext) -> f64 {
+        let rtt = if self.min_rtt_us > 0.0 {
+            self.min_rtt_us
+        } else {
+            ctx.rtt.as_micros() as f64
+        };
+        rtt.max(syn_us(ctx))
+    }
+
+    /// Length of a ProbeBW phase and of a bandwidth-filter slot, µs: a round, but at least
+    /// [`PHASE_MIN_SYNS`] SYN intervals.
+    fn phase_len_us(&self, ctx: &CcContext) -> f64 {
+        self.round_len_us(ctx).max(PHASE_MIN_SYNS * syn_us(ctx))
+    }
+
+    /// Opens a new bandwidth-filter slot for every phase length elapsed.
+    fn advance_bw_slots(&mut self, ctx: &CcContext) {
+        let now = ctx.now_us;
+        let start = *self.slot_start_us.get_or_insert(now);
+        let len = self.phase_len_us(ctx);
+        let elapsed = now.saturating_sub(start) as f64;
+        if elapsed < len {
+            return;
+        }
+        let slots = finite_or((elapsed / len).floor(), 1.0).clamp(1.0, 1e6) as u64;
+        self.slot_start_us = Some(now);
+        let bw = self.btl_bw_pps();
+        for _ in 0..slots.min(BW_WINDOW_ROUNDS as u64) {
+            self.bw_idx = (self.bw_idx + 1) % BW_WINDOW_ROUNDS;
+            self.bw_slots[self.bw_idx] = 0.0;
+        }
+        // Never let the filter empty out completely across an idle gap: keep the last estimate
+        // in the new slot so the model survives (it decays as soon as fresh samples arrive).
+        if self.btl_bw_pps() <= 0.0 && bw > 0.0 {
+            self.bw_slots[self.bw_idx] = bw;
+        }
+    }
+
+    /// Bandwidth actually used: the estimate, capped by a configured maximum.
+    fn bw_eff(&self, ctx: &CcContext) -> f64 {
+        let bw = self.btl_bw_pps();
+        if ctx.max_bw_bps > 0 {
+            bw.min(ctx.max_bw_bps as f64 / mss(ctx))
+        } else {
+            bw
+        }
+    }
+
+    /// Packets for the acknowledgement granularity.
+    fn ack_allowance(&self, ctx: &CcContext, bw: f64) -> f64 {
+        bw * syn_us(ctx) / 1e6 + ACK_SLACK_PKTS
+    }
+
+    /// Packets delivered behind holes that the engine still counts as in flight.
+    fn loss_allowance(&self, ctx: &CcContext, bw: f64) -> f64 {
+        let recent = matches!(self.state, BbrState::ProbeBw | BbrState::ProbeRtt)
+            && self
+                .last_loss_round
+                .is_some_and(|r| self.round_count.saturating_sub(r) < BW_WINDOW_ROUNDS as u64);
+        // A standing queue (the engine's RTT, measured with ACK/ACKACK and so free of the
+        // hole stalls, well above min_rtt) means the losses are congestion: no allowance then.
+        // Compared with its own minimum: it converges slowly from a default at the start.
+        let queue = ctx.rtt.as_micros() as f64 > QUEUE_RTT_FACTOR * self.engine_min_rtt_us;
+        if recent && !queue {
+            bw * LOSS_ALLOWANCE_RTTS * self.min_rtt_us / 1e6
+        } else {
+            0.0
+        }
+    }
+
+    /// The window the model asks for with `gain`, packets (None without a model).
+    fn target_cwnd(&self, ctx: &CcContext, gain: f64) -> Option<f64> {
+        let bw = self.bw_eff(ctx);
+        if bw <= 0.0 || self.min_rtt_us <= 0.0 {
+            return None;
+        }
+        let bdp = bw * self.min_rtt_us / 1e6;
+        let w = gain * bdp + self.ack_allowance(ctx, bw) + self.loss_allowance(ctx, bw);
+        Some(finite_or(w, INITIAL_CWND).max(INITIAL_CWND))
+    }
+
+    /// Own RTT sample from the send time of the newest packet this ACK covers, µs.
+    fn rtt_sample(&mut self, now_us: u64, ack_seq: SeqNo) -> Option<f64> {
+        let mut newest = None;
+        while let Some(&(seq, at)) = self.send_times.front() {
+            if !seq.lt(ack_seq) {
+                break;
+            }
+            newest = Some(at);
+            self.send_times.pop_front();
+        }
+        newest.map(|at| now_us.saturating_sub(at) as f64)
+    }
+
+    fn update_min_rtt(&mut self, ctx: &CcContext, sample: Option<f64>) {
+        let engine = ctx.rtt.as_micros() as f64;
+        if engine > 0.0 && (self.engine_min_rtt_us <= 0.0 || engine < self.engine_min_rtt_us) {
+            self.engine_min_rtt_us = engine;
+        }
+        // Prefer our own samples (data sent → ACK received): the engine's smoothed RTT starts
+        // from a default and takes many ACKs to converge. Until we have one, use the engine's.
+        let rtt = match sample {
+            Some(r) => r,
+            None if self.own_rtt => 0.0,
+            None => engine,
+        };
+        if sample.is_some() && !self.own_rtt {
+            self.own_rtt = true;
+            self.min_rtt_us = 0.0;
+        }
+        if rtt <= 0.0 {
+            return;
+        }
+        let now = ctx.now_us;
+        let expired = now.saturating_sub(self.min_rtt_stamp_us) > MIN_RTT_WINDOW_US;
+        if self.min_rtt_us <= 0.0 || rtt <= self.min_rtt_us {
+            self.min_rtt_us = rtt;
+            self.min_rtt_stamp_us = now;
+        } else if expired && self.state != BbrState::ProbeRtt {
+            // The old minimum is stale: take the current RTT and go measure a better one.
+            self.min_rtt_us = rtt;
+            self.engine_min_rtt_us = engine;
+            self.min_rtt_stamp_us = now;
+            if self.round_start_us.is_some() {
+                self.state = BbrState::ProbeRtt;
+                self.probe_rtt_done_us =
+                    now.saturating_add(self.round_len_us(ctx).max(PROBE_RTT_US as f64) as u64);
+            }
+        }
+    }
+
+    /// Closes every round that has elapsed: full-pipe check, heavy-loss check.
+    fn advance_rounds(&mut self, ctx: &CcContext) {
+        let now = ctx.now_us;
+        let start = *self.round_start_us.get_or_insert(now);
+        let len = self.round_len_us(ctx);
+        let elapsed = now.saturating_sub(start) as f64;
+        if elapsed < len {
+            return;
+        }
+        let rounds = finite_or((elapsed / len).floor(), 1.0).clamp(1.0, 1e6) as u64;
+        self.round_start_us = Some(now);
+
+        let bw = self.btl_bw_pps();
+        if !self.filled_pipe && bw > 0.0 {
+            if bw >= self.full_bw * FULL_BW_GROWTH {
+                self.full_bw = bw;
+                self.full_bw_rounds = 0;
+            } else {
+                self.full_bw_rounds += 1;
+                if self.full_bw_rounds >= FULL_BW_ROUNDS {
+                    self.filled_pipe = true;
+                }
+            }
+        }
+
+        let sent = ctx.pkts_sent.saturating_sub(self.round_sent_base);
+        let lost = ctx.pkts_lost.saturating_sub(self.round_lost_base);
+        self.round_sent_base = ctx.pkts_sent;
+        self.round_lost_base = ctx.pkts_lost;
+        if sent >= HEAVY_LOSS_MIN_PKTS && lost as f64 > HEAVY_LOSS_RATIO * sent as f64 {
+            match self.state {
+                BbrState::Startup => self.filled_pipe = true,
+                BbrState::ProbeBw => {
+                    for s in &mut self.bw_slots {
+                        *s *= HEAVY_LOSS_CUT;
+                    }
+                }
+                // Drain is already reducing; ProbeRTT sends almost nothing.
+                BbrState::Drain | BbrState::ProbeRtt => {}
+            }
+        }
+        self.round_count = self.round_count.saturating_add(rounds);
+    }
+
+    fn enter_probe_bw(&mut self, ctx: &CcContext) {
+        self.state = BbrState::ProbeBw;
+        // Any phase but the 0.75 one (index 1).
+        let r = (unit_from_seq(ctx.last_sent_seq) * 7.0) as usize;
+        self.cycle_idx = if r >= 1 { (r + 1).min(7) } else { 0 };
+        self.cycle_start_us = ctx.now_us;
+    }
+
+    fn update_state(&mut self, ctx: &CcContext) {
+        let now = ctx.now_us;
+        match self.state {
+            BbrState::Startup => {
+                if self.filled_pipe {
+                    self.state = BbrState::Drain;
+                    self.drain_start_round = self.round_count;
+                }
+            }
+            BbrState::Drain => {}
+            BbrState::ProbeBw => {
+                if now.saturating_sub(self.cycle_start_us) as f64 >= self.phase_len_us(ctx) {
+                    self.cycle_idx = (self.cycle_idx + 1) % GAIN_CYCLE.len();
+                    self.cycle_start_us = now;
+                }
+            }
+            BbrState::ProbeRtt => {
+                if now >= self.probe_rtt_done_us {
+                    self.min_rtt_stamp_us = now;
+                    if self.filled_pipe {
+                        self.enter_probe_bw(ctx);
+                    } else {
+                        self.state = BbrState::Startup;
+                    }
+                }
+            }
+        }
+        if self.state == BbrState::Drain {
+            let bw = self.bw_eff(ctx);
+            let target = bw * self.min_rtt_us / 1e6
+                + self.ack_allowance(ctx, bw)
+                + self.loss_allowance(ctx, bw);
+            if self.inflight_est <= target
+                || self.round_count.saturating_sub(self.drain_start_round) >= DRAIN_MAX_ROUNDS
+            {
+                self.enter_probe_bw(ctx);
+            }
+        }
+    }
+
+    fn update_cwnd(&mut self, ctx: &CcContext, acked: f64) {
+        match self.target_cwnd(ctx, self.cwnd_gain()) {
+            None => self.cwnd += acked,
+            Some(target) => self.cwnd = target,
+        }
+        self.cwnd = finite_or(self.cwnd, INITIAL_CWND).clamp(INITIAL_CWND, 1e9);
+    }
+
+    /// Writes the outputs, bounded.
+    fn apply(&self, ctx: &CcContext, ctl: &mut CcControl) {
+        let bw = self.bw_eff(ctx);
+        let period = if bw > 0.0 {
+            1e6 / (self.pacing_gain() * bw) * PROBE_PAIR_FACTOR
+        } else {
+            MIN_PERIOD_US
+        };
+        let mut min_period = MIN_PERIOD_US;
+        if ctx.max_bw_bps > 0 {
+            min_period = min_period.max(mss(ctx) * 1e6 / ctx.max_bw_bps as f64);
+        }
+        let min_period = finite_or(min_period, MIN_PERIOD_US).min(MAX_PERIOD_US);
+        ctl.send_period_us = finite_or(period, min_period).clamp(min_period, MAX_PERIOD_US);
+
+        let restricted = self.state == BbrState::ProbeRtt
+            || self.timeout_until_us.is_some_and(|t| ctx.now_us < t);
+        let cwnd = if restricted { MIN_CWND } else { self.cwnd };
+        ctl.cwnd_pkts = finite_or(cwnd, INITIAL_CWND).clamp(MIN_CWND, max_cwnd(ctx));
+    }
+}
+
+impl CongestionControl for Bbr {
+    fn name(&self) -> &str {
+        "bbr"
+    }
+
+    fn init(&mut self, ctx: &CcContext, ctl: &mut CcControl) {
+        *self = Bbr {
+            round_start_us: Some(ctx.now_us),
+            slot_start_us: Some(ctx.now_us),
+            min_rtt_stamp_us: ctx.now_us,
+            round_sent_base: ctx.pkts_sent,
+            round_lost_base: ctx.pkts_lost,
+            ..Bbr::default()
+        };
+        self.apply(ctx, ctl);
+    }
+
+    fn on_ack(&mut self, ctx: &CcContext, ctl: &mut CcControl, ack_seq: SeqNo, newly_acked: u32) {
+        // Packets acknowledged since the previous full ACK, light ACKs included.
+        let acked = match self.last_ack {
+            Some(prev) => f64::from(ack_seq.diff(prev).max(0)),
+            None => f64::from(newly_acked),
+        };
+        if !matches!(self.last_ack, Some(prev) if !prev.lt(ack_seq)) {
+            self.last_ack = Some(ack_seq);
+        }
+        let span = ctx.last_sent_seq.next().diff(ack_seq);
+        self.inflight_est = f64::from(span.max(0));
+
+        if ctx.recv_rate_pps > 0 {
+            let sample = f64::from(ctx.recv_rate_pps).min(MAX_BW_PPS);
+            let slot = &mut self.bw_slots[self.bw_idx];
+            *slot = slot.max(sample);
+        }
+        let sample = self.rtt_sample(ctx.now_us, ack_seq);
+        self.update_min_rtt(ctx, sample);
+        self.advance_rounds(ctx);
+        self.advance_bw_slots(ctx);
+        self.update_state(ctx);
+        self.update_cwnd(ctx, acked);
+        self.apply(ctx, ctl);
+    }
+
+    fn on_loss(&mut self, ctx: &CcContext, ctl: &mut CcControl, losses: &[(SeqNo, SeqNo)]) {
+        if !losses.is_empty() {
+            self.last_loss_round = Some(self.round_count);
+        }
+        self.apply(ctx, ctl);
+    }
+
+    fn on_packet_sent(
+        &mut self,
+        ctx: &CcContext,
+        _ctl: &mut CcControl,
+        seq: SeqNo,
+        _bytes: usize,
+        retransmit: bool,
+    ) {
+        if !retransmit
+            && seq.get().checked_rem(SEND_TIME_STRIDE) == Some(0)
+            && self.send_times.len() < MAX_SEND_TIMES
+            && !matches!(self.send_times.back(), Some(&(last, _)) if !last.lt(seq))
+        {
+            self.send_times.push_back((seq, ctx.now_us));
+        }
+    }
+
+    fn on_timeout(&mut self, ctx: &CcContext, ctl: &mut CcControl) {
+        let len = self.round_len_us(ctx);
+        self.timeout_until_us = Some(ctx.now_us.saturating_add(finite_or(len, 0.0) as u64));
+        self.apply(ctx, ctl);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::time::Duration;
+
+    fn ctx(now_us: u64) -> CcContext {
+        CcContext {
+            now_us,
+            rtt: Duration::from_millis(40),
+            rtt_var: Duration::from_millis(2),
+            bandwidth_pps: 10_000,
+            recv_rate_pps: 0,
+            recv_rate_bps: 0,
+            mss: 1500,
+            payload_size: 1456,
+            flow_window: 8192,
+            last_sent_seq: SeqNo::new(0),
+            syn_interval: Duration::from_millis(10),
+            pkts_sent: 0,
+            pkts_lost: 0,
+            max_bw_bps: 0,
+            input_rate_bps: 0,
+        }
+    }
+
+    fn started(c: &CcContext) -> (Bbr, CcControl) {
+        let mut cc = Bbr::default();
+        let mut ctl = CcControl::default();
+        cc.init(c, &mut ctl);
+        (cc, ctl)
+    }
+
+    /// Feeds ACKs every 10 ms for `ms` with a steady receive rate; returns the context reached.
+    fn run(cc: &mut Bbr, ctl: &mut CcControl, mut c: CcContext, rate: u32, ms: u64) -> CcContext {
+        c.recv_rate_pps = rate;
+        for _ in 0..ms / 10 {
+            c.now_us += 10_000;
+            let per_ack = rate / 100;
+            c.pkts_sent += u64::from(per_ack);
+            c.last_sent_seq = c.last_sent_seq.add(per_ack);
+            ack(cc, c, ctl, c.last_sent_seq.next(), per_ack);
+        }
+        c
+    }
+
+    /// `on_ack` with the context by value, for brevity.
+    fn ack(cc: &mut Bbr, c: CcContext, ctl: &mut CcControl, seq: SeqNo, n: u32) {
+        cc.on_ack(&c, ctl, seq, n);
+    }
+
+    #[test]
+    fn slow_start_before_any_sample() {
+        let (mut cc, mut ctl) = started(&ctx(0));
+        assert_eq!(ctl.send_period_us, MIN_PERIOD_US);
+        assert_eq!(ctl.cwnd_pkts, INITIAL_CWND);
+        let c = ctx(10_000);
+        ack(&mut cc, c, &mut ctl, SeqNo::new(16), 16);
+        assert_eq!(ctl.cwnd_pkts, 32.0);
+        assert_eq!(ctl.send_period_us, MIN_PERIOD_US);
+        assert_eq!(cc.state(), BbrState::Startup);
+    }
+
+    #[test]
+    fn startup_paces_at_high_gain_then_drains_and_cycles() {
+        let (mut cc, mut ctl) = started(&ctx(0));
+        let mut c = ctx(0);
+        c.recv_rate_pps = 10_000;
+        c.now_us = 10_000;
+        c.last_sent_seq = SeqNo::new(100);
+        ack(&mut cc, c, &mut ctl, SeqNo::new(50), 50);
+        assert_eq!(cc.state(), BbrState::Startup);
+        let want = 1e6 / (HIGH_GAIN * 10_000.0) * PROBE_PAIR_FACTOR;
+        assert!((ctl.send_period_us - want).abs() < 1e-9);
+        // The bandwidth stops growing: three rounds later the pipe is full.
+        let c = run(&mut cc, &mut ctl, c, 10_000, 300);
+        assert_ne!(cc.state(), BbrState::Startup);
+        // Drain ends within a few rounds, then ProbeBW cycles through all the gains.
+        let mut c = run(&mut cc, &mut ctl, c, 10_000, 200);
+        assert_eq!(cc.state(), BbrState::ProbeBw);
+        let mut seen = Vec::new();
+        for _ in 0..200 {
+            c = run(&mut cc, &mut ctl, c, 10_000, 10);
+            seen.push(cc.pacing_gain());
+        }
+        for g in [1.25, 0.75, 1.0] {
+            assert!(seen.contains(&g), "gain {g} never used");
+        }
+        assert!((cc.btl_bw_pps() - 10_000.0).abs() < 1e-9);
+        // Window: 2 × BDP (10 000 pkt/s × ~40 ms own RTT samples) + ACK allowance.
+        let bdp = 10_000.0 * cc.min_rtt_us() / 1e6;
+        let want = CWND_GAIN * bdp + 10_000.0 * 0.01 + 64.0;
+        assert!(
+            (ctl.cwnd_pkts - want).abs() < 1e-6,
+            "{} vs {want}",
+            ctl.cwnd_pkts
+        );
+    }
+
+    /// Brings a controller to ProbeBW at `rate`.
+    fn in_probe_bw(rate: u32) -> (Bbr, CcControl, CcContext) {
+        let (mut cc, mut ctl) = started(&ctx(0));
+        let c = run(&mut cc, &mut ctl, ctx(0), rate, 1_000);
+        assert_eq!(cc.state(), BbrState::ProbeBw);
+        (cc, ctl, c)
+    }
+
+    #[test]
+    fn random_loss_leaves_the_model_alone() {
+        let (mut cc, mut ctl, mut c) = in_probe_bw(10_000);
+        let bw = cc.btl_bw_pps();
+        for i in 0..100 {
+            c.now_us += 10_000;
+            c.pkts_sent += 100;
+            c.pkts_lost += 5; // 5 %
+            c.last_sent_seq = c.last_sent_seq.add(100);
+            let s = c.last_sent_seq.sub(50);
+            cc.on_loss(&c, &mut ctl, &[(s, s)]);
+            ack(&mut cc, c, &mut ctl, c.last_sent_seq.sub(60), 100 + i % 2);
+        }
+        assert_eq!(cc.btl_bw_pps(), bw);
+        // While losses come, the window also covers the packets stuck behind holes.
+        let bdp = bw * cc.min_rtt_us() / 1e6;
+        assert!(ctl.cwnd_pkts > (CWND_GAIN + LOSS_ALLOWANCE_RTTS) * bdp);
+    }
+
+    #[test]
+    fn heavy_loss_cuts_the_estimate_boundedly() {
+        let (mut cc, mut ctl, mut c) = in_probe_bw(10_000);
+        c.recv_rate_pps = 0; // no fresh samples, to see the cut alone
+        let bw = cc.btl_bw_pps();
+        // 30 % loss for 100 ms (2 rounds of 50 ms): at most two cuts of 15 %.
+        for _ in 0..10 {
+            c.now_us += 10_000;
+            c.pkts_sent += 100;
+            c.pkts_lost += 30;
+            ack(&mut cc, c, &mut ctl, c.last_sent_seq, 70);
+        }
+        let after = cc.btl_bw_pps();
+        assert!(after < bw, "{after} !< {bw}");
+        assert!(after >= bw * HEAVY_LOSS_CUT.powi(3), "{after} vs {bw}");
+    }
+
+    #[test]
+    fn timeout_shrinks_the_window_for_a_round_only() {
+        let (mut cc, mut ctl, c) = in_probe_bw(10_000);
+        let before = ctl.cwnd_pkts;
+        let bw = cc.btl_bw_pps();
+        cc.on_timeout(&c, &mut ctl);
+        assert_eq!(ctl.cwnd_pkts, MIN_CWND);
+        assert_eq!(cc.btl_bw_pps(), bw);
+        run(&mut cc, &mut ctl, c, 10_000, 100);
+        assert!(
+            (ctl.cwnd_pkts - before).abs() < 1.0,
+            "{} vs {before}",
+            ctl.cwnd_pkts
+        );
+    }
+
+    #[test]
+    fn probe_rtt_after_ten_seconds_without_a_lower_rtt() {
+        let (mut cc, mut ctl, mut c) = in_probe_bw(10_000);
+        // The RTT stays above the minimum from now on (a standing queue).
+        c.rtt = Duration::from_millis(60);
+        let mut saw_probe_rtt = false;
+        for _ in 0..1_200 {
+            c.now_us += 10_000;
+            c.pkts_sent += 100;
+            c.last_sent_seq = c.last_sent_seq.add(100);
+            ack(&mut cc, c, &mut ctl, c.last_sent_seq.sub(10), 100);
+            if cc.state() == BbrState::ProbeRtt {
+                saw_probe_rtt = true;
+                assert_eq!(ctl.cwnd_pkts, MIN_CWND);
+            }
+        }
+        assert!(saw_probe_rtt);
+        assert_eq!(cc.state(), BbrState::ProbeBw);
+    }
+
+    #[test]
+    fn max_bandwidth_bounds_the_rate() {
+        let (mut cc, mut ctl) = started(&ctx(0));
+        let mut c = ctx(0);
+        c.max_bw_bps = 1_500_000; // 1000 packets of 1500 bytes per second
+        let _ = run(&mut cc, &mut ctl, c, 10_000, 1_000);
+        assert_eq!(ctl.send_period_us, 1_000.0);
+    }
+
+    #[derive(Debug, Clone)]
+    enum Ev {
+        Ack {
+            dt: u32,
+            back: u32,
+            acked: u32,
+            rate: u32,
+        },
+        Loss {
+            back: u32,
+            len: u32,
+            lost: u32,
+        },
+        Timeout {
+            dt: u32,
+        },
+        Sent {
+            n: u32,
+            rexmit: bool,
+        },
+        Rtt {
+            us: u64,
+        },
+    }
+
+    fn ev() -> impl Strategy<Value = Ev> {
+        prop_oneof![
+            (
+                0u32..200_000,
+                0u32..5_000,
+                0u32..100_000,
+                prop_oneof![Just(0u32), Just(u32::MAX), 0u32..10_000_000]
+            )
+                .prop_map(|(dt, back, acked, rate)| Ev::Ack {
+                    dt,
+                    back,
+                    acked,
+                    rate
+                }),
+            (0u32..5_000, 0u32..100, 0u32..10_000).prop_map(|(back, len, lost)| Ev::Loss {
+                back,
+                len,
+                lost
+            }),
+            (0u32..20_000_000).prop_map(|dt| Ev::Timeout { dt }),
+            (0u32..10_000, any::<bool>()).prop_map(|(n, rexmit)| Ev::Sent { n, rexmit }),
+            prop_oneof![Just(0u64), 0u64..5_000_000].prop_map(|us| Ev::Rtt { us }),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn outputs_stay_finite_and_bounded(
+            syn_us in prop_oneof![Just(0u64), Just(10_000u64), 0u64..100_000],
+            mss in prop_oneof![Just(0u32), 1u32..10_000],
+            fw in prop_oneof![Just(0u32), Just(u32::MAX), 1u32..100_000],
+            max_bw in prop_oneof![Just(0u64), Just(1u64), Just(u64::MAX), 0u64..10_000_000_000],
+            events in proptest::collection::vec(ev(), 0..300),
+        ) {
+            let mut c = ctx(0);
+            c.syn_interval = Duration::from_micros(syn_us);
+            c.mss = mss;
+            c.flow_window = fw;
+            c.max_bw_bps = max_bw;
+            let (mut cc, mut ctl) = started(&c);
+            let max_cwnd = max_cwnd(&c);
+            for e in events {
+                match e {
+                    Ev::Ack { dt, back, acked, rate } => {
+                        c.now_us += u64::from(dt);
+                        c.recv_rate_pps = rate;
+                        ack(&mut cc, c, &mut ctl, c.last_sent_seq.sub(back), acked);
+                    }
+                    Ev::Loss { back, len, lost } => {
+                        c.pkts_lost += u64::from(lost);
+                        let first = c.last_sent_seq.sub(back);
+                        cc.on_loss(&c, &mut ctl, &[(first, first.add(len))]);
+                    }
+                    Ev::Timeout { dt } => {
+                        c.now_us += u64::from(dt);
+                        cc.on_timeout(&c, &mut ctl);
+                    }
+                    Ev::Sent { n, rexmit } => {
+                        c.last_sent_seq = c.last_sent_seq.add(n);
+                        c.pkts_sent += u64::from(n);
+                        cc.on_packet_sent(&c, &mut ctl, c.last_sent_seq, 1456, rexmit);
+                    }
+                    Ev::Rtt { us } => c.rtt = Duration::from_micros(us),
+                }
+                prop_assert!(ctl.send_period_us.is_finite() && ctl.cwnd_pkts.is_finite());
+                prop_assert!((MIN_PERIOD_US..=MAX_PERIOD_US).contains(&ctl.send_period_us));
+                prop_assert!(ctl.cwnd_pkts >= MIN_CWND && ctl.cwnd_pkts <= max_cwnd);
+                prop_assert!(cc.btl_bw_pps().is_finite() && cc.min_rtt_us().is_finite());
+                prop_assert!(cc.send_times.len() <= MAX_SEND_TIMES);
+            }
+        }
+    }
+}
