@@ -530,6 +530,35 @@ impl Connection {
         self.with(|c, _| c.send_buffer_len())
     }
 
+    /// Waits until everything queued has been acknowledged. Fails with `TimedOut` when no
+    /// acknowledgement progress is made for `idle` (the transfer is stuck, however slow it
+    /// is otherwise), or with the connection's end reason if it ends first.
+    pub fn wait_acknowledged(&self, idle: Duration) -> io::Result<()> {
+        let mut g = self.shared.lock();
+        let mut last = u64::MAX;
+        let mut progress_at = Instant::now();
+        loop {
+            let c = g.ep.conn(self.id).ok_or_else(gone)?;
+            let left = c.send_buffer_len();
+            match c.state() {
+                ConnState::Closed(r) if left > 0 => return Err(close_error(r)),
+                _ if left == 0 => return Ok(()),
+                _ => {}
+            }
+            let now = Instant::now();
+            if left < last {
+                last = left;
+                progress_at = now;
+            } else if now.duration_since(progress_at) >= idle {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("no acknowledgement for {idle:?}; {left} bytes outstanding"),
+                ));
+            }
+            g = self.wait(g, WAIT_SLICE)?;
+        }
+    }
+
     /// Graceful close: waits until everything sent is acknowledged, then tells the peer.
     /// Errors when the data could not be delivered (linger timeout, peer gone or closed first).
     pub fn close(&self) -> io::Result<()> {

@@ -14,6 +14,7 @@ use crate::api::Connection;
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// First bytes of the digest trailer.
 pub const TRAILER_MAGIC: &[u8; 8] = b"SLPSTRM1";
@@ -21,6 +22,8 @@ pub const TRAILER_MAGIC: &[u8; 8] = b"SLPSTRM1";
 pub const TRAILER_LEN: usize = 48;
 /// Read and write granularity.
 const CHUNK: usize = 4 << 20;
+/// A sender gives up when nothing more is acknowledged for this long.
+const ACK_IDLE: Duration = Duration::from_secs(60);
 
 /// What the receiver can say about the data it got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,6 +118,9 @@ pub fn send_stream<R: Read>(
     if digest_sent {
         send_all(conn, &trailer(total, &hash))?;
     }
+    // The engine's linger bounds close() in absolute time; a slow but progressing transfer
+    // must not fail on it, so wait for the acknowledgements first and judge by progress.
+    conn.wait_acknowledged(ACK_IDLE)?;
     conn.close()?;
     Ok(SendReport {
         bytes: total,
