@@ -65,7 +65,8 @@ impl EndpointOptions {
         self.max_connections = n;
         self
     }
-    /// Congestion controllers connections may name. Default: the built-in "file" and "live".
+    /// Congestion controllers connections may name. Default: the built-ins ("bbr", "file",
+    /// "udt", "live").
     pub fn set_registry(&mut self, r: CcRegistry) -> &mut Self {
         self.registry = r;
         self

@@ -125,8 +125,14 @@ impl RateEstimator {
         let Some(start) = self.probe_start.take() else {
             return;
         };
+        let gap = interval_ns(now, start);
+        if gap == 0 {
+            // Both packets stamped at once (a receive batch read with one clock reading): the
+            // gap says nothing about the link, and a zero would drag the median to 0.
+            return;
+        }
         let slot = self.probe_next;
-        self.probe_ns[slot] = interval_ns(now, start);
+        self.probe_ns[slot] = gap;
         self.probe_next = (slot + 1) % PROBE_WINDOW;
         self.probe_filled = (self.probe_filled + 1).min(PROBE_WINDOW);
     }

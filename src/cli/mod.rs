@@ -44,7 +44,8 @@ struct Common {
     /// Write final connection, endpoint and throughput statistics as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     stats_json: Option<PathBuf>,
-    /// Congestion control by name (default: "file", or "live" in live mode).
+    /// Congestion control by name: "bbr" (default for files), "file"/"udt" (UDT native, as
+    /// libsrt), "live" (default in live mode), or any the application registered.
     #[arg(long, value_name = "NAME")]
     cc: Option<String>,
     /// Maximum segment size in bytes (IP packet size), default 1500.

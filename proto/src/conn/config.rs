@@ -53,8 +53,9 @@ impl Default for ConnConfig {
             peer_idle_timeout: Duration::from_secs(5),
             // libsrt's SRTO_CONNTIMEO default.
             connect_timeout: Duration::from_secs(3),
-            // How long close() waits for unacknowledged data (libsrt's SRTO_LINGER is 180 s in
-            // file mode; a transfer that cannot finish in a minute of silence is dead).
+            // How long close() waits without any acknowledgement progress before giving up on
+            // unacknowledged data (libsrt's SRTO_LINGER is 180 s in file mode; a transfer that
+            // makes no progress for a minute is dead).
             linger: Duration::from_secs(60),
             file_digest: false,
             initial_seq: None,
@@ -139,7 +140,8 @@ impl ConnConfig {
         self.connect_timeout = t;
         self
     }
-    /// How long close() waits for unacknowledged data before giving up. Default 60 s.
+    /// How long close() waits without acknowledgement progress before giving up on
+    /// unacknowledged data. Default 60 s.
     pub fn set_linger(&mut self, t: Duration) -> &mut Self {
         self.linger = t;
         self

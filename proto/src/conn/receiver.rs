@@ -241,9 +241,13 @@ impl Connection {
     pub(super) fn live_timers(&mut self, now_us: u64) {
         self.last_timer_us = now_us;
         self.sender_drop_too_late(now_us);
-        // Receiver: when a packet at the head of the line is missing (alone, or inside the head
-        // message) and a packet after the hole is already due to play, the hole can never be
-        // filled in time: skip to that packet (too-late packet drop).
+        self.skip_unfillable(Some(now_us));
+    }
+
+    /// Live mode: gives up holes at the head of the line (a missing packet alone, or inside the
+    /// head message) when a packet after the hole is due to play by `now_us` — or, with `None`,
+    /// unconditionally (the peer has closed, nothing will fill them). Too-late packet drop.
+    fn skip_unfillable(&mut self, now_us: Option<u64>) {
         loop {
             let complete =
                 self.rbuf.head().is_some() && self.rbuf.head_message(self.rcv_max).is_some();
@@ -256,7 +260,7 @@ impl Connection {
                 self.rbuf.first_present_after_hole(self.rcv_max)
             };
             let Some((seq, m)) = next else { break };
-            if self.play_time_us(m.ts_us) > now_us {
+            if now_us.is_some_and(|now| self.play_time_us(m.ts_us) > now) {
                 break;
             }
             let (slots, present) = self.rbuf.drop_before(seq);
@@ -282,7 +286,14 @@ impl Connection {
             }
             break;
         }
+        // Once the peer has closed, whatever is complete is delivered at once (no more data is
+        // coming to be paced against), and holes that nothing will fill are given up.
+        let closed = matches!(self.state, super::State::Closed(_));
+        if closed && self.cfg.mode == Mode::Live {
+            self.skip_unfillable(None);
+        }
         if self.cfg.mode == Mode::Live
+            && !closed
             && self.rbuf.head().is_some()
             && !self.live_deliverable(now_us)
         {

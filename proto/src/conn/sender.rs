@@ -32,7 +32,7 @@ impl Connection {
 
     pub(super) fn poll_data(&mut self, now_us: u64, buf: &mut [u8]) -> Option<usize> {
         if !matches!(self.state, State::Connected | State::Closing)
-            || (now_us as f64) < self.next_send_us
+            || (now_us as f64) + PACING_QUANTUM_US < self.next_send_us
         {
             return None;
         }
@@ -41,9 +41,12 @@ impl Connection {
             let Some((meta, _)) = self.sbuf.get(seq) else {
                 continue;
             };
-            // A packet retransmitted less than half an RTT ago is probably still on its way;
-            // a later NAK will report it again if it was lost.
-            if meta.last_sent_us == 0 || now_us.saturating_sub(meta.last_sent_us) < self.srtt_us / 2
+            // A first report is acted on at once. A packet already retransmitted is probably
+            // still on its way if that was less than an RTT (with its variance) ago: periodic
+            // NAKs repeat losses, and answering each one would flood a queue.
+            if meta.last_sent_us == 0
+                || (meta.retransmitted
+                    && now_us.saturating_sub(meta.last_sent_us) < self.srtt_us + 4 * self.rttvar_us)
             {
                 continue;
             }
@@ -147,6 +150,10 @@ impl Connection {
         if pkts > 0 {
             self.rto_base_us = now_us;
             self.exp_count = 1;
+            if let Some(d) = self.linger_deadline.as_mut() {
+                // Linger measures silence, not the length of the transfer: progress extends it.
+                *d = now_us + self.cfg.linger.as_micros() as u64;
+            }
             self.stats.bytes_acked += bytes;
             self.snd_loss.remove_before(self.sbuf.base());
             self.acked_since_cc += pkts;

@@ -1,0 +1,315 @@
+//! Interoperability with Haivision's srt-tools (libsrt 1.5.1), both directions, byte-exact:
+//! file mode with `srt-file-transmit`, live mode with `srt-live-transmit`, and the clear
+//! rejection of a peer that asks for encryption. In CI a missing tool is a failure; elsewhere
+//! these tests skip with a message.
+
+use std::io::Read;
+use std::net::UdpSocket;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::time::{Duration, Instant};
+
+const SLIPSTREAM: &str = env!("CARGO_BIN_EXE_slipstream");
+static PORT: AtomicU16 = AtomicU16::new(0);
+
+/// A distinct loopback port per use (tests run in parallel).
+fn port() -> u16 {
+    let base = 30_000 + (std::process::id() % 2000) as u16 * 10;
+    base + PORT.fetch_add(1, Ordering::Relaxed) % 10
+}
+
+/// Whether `tool` can run; in CI its absence fails the test.
+fn have(tool: &str) -> bool {
+    let ok = Command::new(tool)
+        .arg("-version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok();
+    if !ok {
+        assert!(
+            std::env::var("CI").is_err(),
+            "{tool} is missing in CI (apt-get install srt-tools)"
+        );
+        eprintln!("skipping: {tool} not installed (apt-get install srt-tools)");
+    }
+    ok
+}
+
+/// Kills the child when dropped, so a failing test leaves no process behind.
+struct Proc(Child, &'static str);
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+impl Proc {
+    fn spawn(name: &'static str, cmd: &mut Command) -> Proc {
+        Proc(
+            cmd.stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect(name),
+            name,
+        )
+    }
+    /// Waits up to `limit`; returns (success, stdout+stderr).
+    fn finish(mut self, limit: Duration) -> (bool, String) {
+        let end = Instant::now() + limit;
+        loop {
+            if let Some(st) = self.0.try_wait().expect("wait") {
+                let mut out = String::new();
+                if let Some(mut o) = self.0.stdout.take() {
+                    let _ = o.read_to_string(&mut out);
+                }
+                if let Some(mut e) = self.0.stderr.take() {
+                    let _ = e.read_to_string(&mut out);
+                }
+                return (st.success(), out);
+            }
+            if Instant::now() > end {
+                let _ = self.0.kill();
+                return (false, format!("{} timed out after {limit:?}", self.1));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("slipstream-interop-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("scratch dir");
+    d
+}
+
+fn random_file(path: &Path, len: usize) -> Vec<u8> {
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15 ^ len as u64;
+    let data: Vec<u8> = (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    std::fs::write(path, &data).expect("write input");
+    data
+}
+
+#[test]
+fn file_slipstream_sends_to_srt_file_transmit() {
+    if !have("srt-file-transmit") {
+        return;
+    }
+    let dir = scratch("s2srt");
+    let data = random_file(&dir.join("payload.bin"), 8_000_000);
+    std::fs::create_dir_all(dir.join("out")).unwrap();
+    let p = port();
+    let rx = Proc::spawn(
+        "srt-file-transmit",
+        Command::new("srt-file-transmit")
+            .arg(format!("srt://:{p}"))
+            .arg(format!("file://{}/", dir.join("out").display())),
+    );
+    std::thread::sleep(Duration::from_millis(400));
+    let tx = Proc::spawn(
+        "slipstream send",
+        Command::new(SLIPSTREAM)
+            .args(["send", "--quiet"])
+            .arg(dir.join("payload.bin"))
+            .arg(format!("srt://127.0.0.1:{p}")),
+    );
+    let (ok, out) = tx.finish(Duration::from_secs(30));
+    assert!(ok, "slipstream send failed:\n{out}");
+    let (ok, out) = rx.finish(Duration::from_secs(10));
+    assert!(ok, "srt-file-transmit failed:\n{out}");
+    let got = std::fs::read(dir.join("out/payload.bin"))
+        .expect("srt-file-transmit wrote the file under the stream id");
+    assert!(
+        got == data,
+        "content differs ({} of {} bytes)",
+        got.len(),
+        data.len()
+    );
+}
+
+#[test]
+fn file_srt_file_transmit_sends_to_slipstream() {
+    if !have("srt-file-transmit") {
+        return;
+    }
+    let dir = scratch("srt2s");
+    let data = random_file(&dir.join("movie.ts"), 8_000_000);
+    std::fs::create_dir_all(dir.join("out")).unwrap();
+    let p = port();
+    let rx = Proc::spawn(
+        "slipstream recv",
+        Command::new(SLIPSTREAM)
+            .args(["recv", "--quiet"])
+            .arg(format!("srt://:{p}"))
+            .arg(dir.join("out")),
+    );
+    std::thread::sleep(Duration::from_millis(400));
+    let tx = Proc::spawn(
+        "srt-file-transmit",
+        Command::new("srt-file-transmit")
+            .arg(format!("file://{}", dir.join("movie.ts").display()))
+            .arg(format!("srt://127.0.0.1:{p}")),
+    );
+    let (ok, out) = tx.finish(Duration::from_secs(30));
+    assert!(ok, "srt-file-transmit failed:\n{out}");
+    let (ok, out) = rx.finish(Duration::from_secs(15));
+    assert!(ok, "slipstream recv failed:\n{out}");
+    let got = std::fs::read(dir.join("out/movie.ts"))
+        .expect("slipstream named the file after the stream id");
+    assert!(
+        got == data,
+        "content differs ({} of {} bytes)",
+        got.len(),
+        data.len()
+    );
+}
+
+/// Sends `n` numbered 1316-byte datagrams to `to`, paced, and collects what arrives at `sink`.
+fn pump_live(to: u16, sink: &UdpSocket, n: u32) -> Vec<Vec<u8>> {
+    let src = UdpSocket::bind("127.0.0.1:0").unwrap();
+    sink.set_read_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 2048];
+    for i in 0..n {
+        let mut m = vec![(i % 251) as u8; 1316];
+        m[..4].copy_from_slice(&i.to_be_bytes());
+        src.send_to(&m, ("127.0.0.1", to)).unwrap();
+        std::thread::sleep(Duration::from_micros(1500));
+        while let Ok(k) = sink.recv(&mut buf) {
+            got.push(buf[..k].to_vec());
+            if sink.set_nonblocking(true).is_err() {
+                break;
+            }
+        }
+        sink.set_nonblocking(false).unwrap();
+    }
+    let end = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < end && got.len() < n as usize {
+        if let Ok(k) = sink.recv(&mut buf) {
+            got.push(buf[..k].to_vec());
+        }
+    }
+    got
+}
+
+fn check_live(got: &[Vec<u8>], n: u32) {
+    assert_eq!(
+        got.len(),
+        n as usize,
+        "received {} of {n} datagrams",
+        got.len()
+    );
+    for (i, m) in got.iter().enumerate() {
+        assert_eq!(m.len(), 1316, "datagram {i} has {} bytes", m.len());
+        assert_eq!(
+            u32::from_be_bytes(m[..4].try_into().unwrap()),
+            i as u32,
+            "out of order at {i}"
+        );
+        assert!(
+            m[4..].iter().all(|&b| b == (i % 251) as u8),
+            "datagram {i} corrupted"
+        );
+    }
+}
+
+#[test]
+fn live_srt_live_transmit_to_slipstream() {
+    if !have("srt-live-transmit") {
+        return;
+    }
+    let (p, input) = (port(), port());
+    let sink = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let out = sink.local_addr().unwrap().port();
+    let _rx = Proc::spawn(
+        "slipstream live",
+        Command::new(SLIPSTREAM)
+            .args(["live", "--quiet"])
+            .arg(format!("srt://:{p}?mode=listener"))
+            .arg(format!("udp://127.0.0.1:{out}")),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let _tx = Proc::spawn(
+        "srt-live-transmit",
+        Command::new("srt-live-transmit")
+            .arg(format!("udp://:{input}"))
+            .arg(format!("srt://127.0.0.1:{p}?mode=caller&streamid=camera-7")),
+    );
+    std::thread::sleep(Duration::from_millis(700));
+    check_live(&pump_live(input, &sink, 1000), 1000);
+}
+
+#[test]
+fn live_slipstream_to_srt_live_transmit() {
+    if !have("srt-live-transmit") {
+        return;
+    }
+    let (p, input) = (port(), port());
+    let sink = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let out = sink.local_addr().unwrap().port();
+    let _rx = Proc::spawn(
+        "srt-live-transmit",
+        Command::new("srt-live-transmit")
+            .arg(format!("srt://:{p}?mode=listener"))
+            .arg(format!("udp://127.0.0.1:{out}")),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let _tx = Proc::spawn(
+        "slipstream live",
+        Command::new(SLIPSTREAM)
+            .args(["live", "--quiet"])
+            .arg(format!("udp://:{input}"))
+            .arg(format!("srt://127.0.0.1:{p}?streamid=camera-7")),
+    );
+    std::thread::sleep(Duration::from_millis(700));
+    check_live(&pump_live(input, &sink, 1000), 1000);
+}
+
+/// A caller that asks for encryption gets SRT's "password required or unexpected" rejection at
+/// once instead of a time-out.
+#[test]
+fn encryption_request_is_rejected_clearly() {
+    if !have("srt-live-transmit") {
+        return;
+    }
+    let p = port();
+    let _rx = Proc::spawn(
+        "slipstream live",
+        Command::new(SLIPSTREAM)
+            .args(["live", "--quiet"])
+            .arg(format!("srt://:{p}?mode=listener"))
+            .arg(format!("udp://127.0.0.1:{}", port())),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let t0 = Instant::now();
+    let tx = Proc::spawn(
+        "srt-live-transmit",
+        Command::new("srt-live-transmit")
+            .args(["-a", "no", "-t", "3"])
+            .arg("udp://:0")
+            .arg(format!(
+                "srt://127.0.0.1:{p}?mode=caller&passphrase=0123456789abcdef"
+            )),
+    );
+    let (_, out) = tx.finish(Duration::from_secs(10));
+    let lower = out.to_lowercase();
+    assert!(
+        lower.contains("reject") || lower.contains("password"),
+        "no rejection seen:\n{out}"
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(3),
+        "rejection took {:?}",
+        t0.elapsed()
+    );
+}
