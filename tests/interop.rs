@@ -296,7 +296,7 @@ fn encryption_request_is_rejected_clearly() {
         "srt-live-transmit",
         Command::new("srt-live-transmit")
             .args(["-a", "no", "-t", "3"])
-            .arg("udp://:0")
+            .arg(format!("udp://:{}", port()))
             .arg(format!(
                 "srt://127.0.0.1:{p}?mode=caller&passphrase=0123456789abcdef"
             )),

@@ -168,9 +168,14 @@ pub struct Connection {
     last_acked_seq: SeqNo,
     last_full_ack_us: u64,
     ack_no: u32,
-    ack_hist: [(u32, u64); 64],
+    ack_hist: [(u32, u64, SeqNo); 64],
+    last_ackacked_seq: SeqNo,
+    last_adv_window: u32,
     pkts_since_ack: u32,
     rate: RateEstimator,
+    /// (time, packets, bytes) at the start of the current receive-rate window.
+    rate_window: (u64, u64, u64),
+    rate_last: (u32, u64),
     tsbpd_offset_us: i64,
     last_ts_unwrapped: u64,
 
@@ -282,9 +287,13 @@ impl Connection {
             last_acked_seq: isn,
             last_full_ack_us: 0,
             ack_no: 0,
-            ack_hist: [(0, 0); 64],
+            ack_hist: [(0, 0, isn); 64],
+            last_ackacked_seq: isn.sub(1),
+            last_adv_window: 0,
             pkts_since_ack: 0,
             rate: RateEstimator::new(),
+            rate_window: (0, 0, 0),
+            rate_last: (0, 0),
             tsbpd_offset_us: 0,
             last_ts_unwrapped: 0,
             // libsrt's initial estimates before the first sample.
@@ -326,6 +335,7 @@ impl Connection {
         self.rcv_max = rcv_isn;
         self.drop_upto = rcv_isn;
         self.last_acked_seq = rcv_isn;
+        self.last_ackacked_seq = rcv_isn.sub(1);
     }
 
     /// Moves to Connected and starts the controller.

@@ -97,12 +97,18 @@ impl Connection {
 
     pub(super) fn on_ack_tick(&mut self, now_us: u64) {
         self.next_ack_tick = now_us + SYN_INTERVAL_US;
+        let free = self.rbuf.free_after(self.rcv_ack) as u32;
         if self.rcv_ack != self.last_acked_seq {
             self.pending.full_ack = true;
         } else if self.stats.pkts_recv > 0
             && now_us.saturating_sub(self.last_full_ack_us) >= self.srtt_us + 4 * self.rttvar_us
+            && (self.rcv_ack != self.last_ackacked_seq
+                || free > self.last_adv_window.saturating_mul(2))
         {
-            // Nothing new, but the sender still needs RTT samples and window updates.
+            // Nothing new: repeat the ACK only while the sender has not confirmed it (ACKACK),
+            // or to announce a window that reopened. Repeating a confirmed ACK would keep
+            // refreshing the sender's retransmission timer (libsrt's runs from the last ACK)
+            // and deadlock a transfer whose last packets were lost.
             self.pending.full_ack = true;
         }
         self.maybe_grow_rbuf();
@@ -119,18 +125,41 @@ impl Connection {
         }
     }
 
+    /// Receive rate for ACKs: UDT's median-filtered arrival rate when the arrivals are regular
+    /// enough; otherwise (batched reads make gaps bimodal) what arrived since the last full ACK.
+    fn recv_rates(&mut self, now_us: u64) -> (u32, u64) {
+        let (pps, bps) = self.rate.recv_rate();
+        let span = now_us.saturating_sub(self.rate_window.0);
+        let (pkts, bytes) = (
+            self.stats.pkts_recv - self.rate_window.1,
+            self.stats.bytes_recv_unique - self.rate_window.2,
+        );
+        if span >= SYN_INTERVAL_US / 2 {
+            self.rate_window = (now_us, self.stats.pkts_recv, self.stats.bytes_recv_unique);
+            self.rate_last = ((pkts * 1_000_000 / span) as u32, bytes * 1_000_000 / span);
+        }
+        if pps > 0 {
+            (pps, bps)
+        } else {
+            self.rate_last
+        }
+    }
+
     pub(super) fn emit_full_ack(&mut self, now_us: u64, buf: &mut [u8]) -> Option<usize> {
         self.ack_no = self.ack_no.wrapping_add(1).max(1);
-        let (pps, bps) = self.rate.recv_rate();
+        let (pps, bps) = self.recv_rates(now_us);
         let info = AckInfo {
             rtt_us: self.srtt_us as u32,
             rtt_var_us: self.rttvar_us as u32,
             avail_buf_pkts: self.rbuf.free_after(self.rcv_ack) as u32,
             pkt_recv_rate: pps,
-            link_capacity: self.rate.bandwidth(),
+            // The link carried at least what arrived: probe pairs read in one receive batch (or
+            // split across two) misjudge the capacity, never below the achieved rate.
+            link_capacity: self.rate.bandwidth().max(pps),
             recv_rate_bytes: bps.min(u64::from(u32::MAX)) as u32,
         };
-        self.ack_hist[(self.ack_no % 64) as usize] = (self.ack_no, now_us);
+        self.ack_hist[(self.ack_no % 64) as usize] = (self.ack_no, now_us, self.rcv_ack);
+        self.last_adv_window = info.avail_buf_pkts;
         self.last_acked_seq = self.rcv_ack;
         self.last_full_ack_us = now_us;
         self.pkts_since_ack = 0;
@@ -159,10 +188,11 @@ impl Connection {
     }
 
     pub(super) fn on_ackack(&mut self, now_us: u64, ack_no: u32) {
-        let (no, sent_us) = self.ack_hist[(ack_no % 64) as usize];
+        let (no, sent_us, seq) = self.ack_hist[(ack_no % 64) as usize];
         if no == ack_no && no != 0 && now_us >= sent_us {
             self.update_rtt(now_us - sent_us);
-            self.ack_hist[(ack_no % 64) as usize] = (0, 0);
+            self.last_ackacked_seq = seq;
+            self.ack_hist[(ack_no % 64) as usize] = (0, 0, seq);
         } else {
             self.stats.ctrl_ignored += 1;
         }
