@@ -486,7 +486,7 @@ impl Connection {
                 }
                 if let Some(d) = self.linger_deadline {
                     if now_us >= d {
-                        self.pending.shutdown = 2;
+                        self.pending.shutdown = 3;
                         self.close_with(CloseReason::LingerTimeout);
                     }
                 }
@@ -696,7 +696,7 @@ impl Connection {
             State::Connecting => self.close_with(CloseReason::Aborted),
             State::Connected => {
                 if self.sbuf.len() == 0 || self.cfg.mode == Mode::Live {
-                    self.pending.shutdown = 2;
+                    self.pending.shutdown = 3;
                     self.close_with(CloseReason::Local);
                 } else {
                     self.state = State::Closing;
@@ -710,7 +710,7 @@ impl Connection {
     /// Immediate close: sends a shutdown and discards buffered data.
     pub fn abort(&mut self) {
         if matches!(self.state, State::Connected | State::Closing) {
-            self.pending.shutdown = 2;
+            self.pending.shutdown = 3;
         }
         self.close_with(CloseReason::Aborted);
     }

@@ -170,7 +170,7 @@ impl Connection {
             while self.sbuf.cap() < want && self.sbuf.grow() {}
         }
         if self.state == State::Closing && self.sbuf.len() == 0 {
-            self.pending.shutdown = 2;
+            self.pending.shutdown = 3;
             self.close_with(CloseReason::Local);
         }
     }
