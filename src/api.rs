@@ -6,7 +6,7 @@
 //! condition variable. Errors are `io::Error`s with precise kinds and the engine's reason text.
 
 use crate::datapath::{self, DatapathStats, Impaired, Impairment};
-use crate::runtime::{self, Shared, State};
+use crate::runtime::{self, Shared, State, Wait};
 use slipstream_proto::cc::CcRegistry;
 use slipstream_proto::conn::State as ConnState;
 use slipstream_proto::conn::{CloseReason, ConnConfig, ConnStats, Mode, RecvError, SendError};
@@ -268,8 +268,11 @@ impl Endpoint {
 
     /// Connects to `remote` and waits until the handshake completes (or fails: `TimedOut`
     /// when nobody answers, `ConnectionRefused` with the peer's reason when rejected).
-    pub fn connect(&self, remote: SocketAddr, cfg: ConnConfig) -> io::Result<Connection> {
+    pub fn connect(&self, remote: SocketAddr, mut cfg: ConnConfig) -> io::Result<Connection> {
         self.check_cc(&cfg)?;
+        if let Some(mtu) = crate::datapath::path_mtu(remote) {
+            cfg.set_mss_from_path(mtu);
+        }
         let mut g = self.shared.lock();
         let id =
             g.ep.connect(Instant::now(), remote, cfg)
@@ -403,10 +406,19 @@ impl Connection {
         g: MutexGuard<'a, State>,
         slice: Duration,
     ) -> io::Result<MutexGuard<'a, State>> {
+        self.wait_for(g, slice, Wait::Any)
+    }
+
+    fn wait_for<'a>(
+        &self,
+        g: MutexGuard<'a, State>,
+        slice: Duration,
+        kind: Wait,
+    ) -> io::Result<MutexGuard<'a, State>> {
         if let Some(e) = io_failed(&g) {
             return Err(e);
         }
-        Ok(self.shared.wait(g, slice))
+        Ok(self.shared.wait_for(g, slice, kind))
     }
 
     /// Stream mode: queues bytes, waiting until there is room for some. Returns how many
@@ -424,7 +436,7 @@ impl Connection {
                     self.shared.wake_io();
                     return Ok(n);
                 }
-                Err(SendError::WouldBlock) => g = self.wait(g, WAIT_SLICE)?,
+                Err(SendError::WouldBlock) => g = self.wait_for(g, WAIT_SLICE, Wait::Write)?,
                 Err(e) => return Err(send_error(e)),
             }
         }
@@ -442,7 +454,7 @@ impl Connection {
                     self.shared.wake_io();
                     return Ok(());
                 }
-                Err(SendError::WouldBlock) => g = self.wait(g, WAIT_SLICE)?,
+                Err(SendError::WouldBlock) => g = self.wait_for(g, WAIT_SLICE, Wait::Write)?,
                 Err(e) => return Err(send_error(e)),
             }
         }
@@ -458,7 +470,7 @@ impl Connection {
             let c = g.ep.conn(self.id).ok_or_else(gone)?;
             match c.recv(buf) {
                 Ok(n) => return Ok(n),
-                Err(RecvError::WouldBlock) => g = self.wait(g, WAIT_SLICE)?,
+                Err(RecvError::WouldBlock) => g = self.wait_for(g, WAIT_SLICE, Wait::Read)?,
                 Err(e) => return Err(recv_error(e)),
             }
         }

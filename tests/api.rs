@@ -97,7 +97,9 @@ fn transfer_through_two_percent_loss() {
     let mut opts = EndpointOptions::default();
     opts.set_impairment(Some(Impairment::new(0.02, Duration::from_millis(5))));
     let p = pair(Mode::File, opts);
-    let payload = data(512 << 10, 2);
+    // Loopback's path MTU gives 64 KiB datagrams: 8 MiB is ~130 of them, enough for 2% loss
+    // to hit several.
+    let payload = data(8 << 20, 2);
     transfer_verified(&p, &payload);
     let s = p.client.stats().unwrap();
     let dp = p.client_ep.datapath_stats();

@@ -244,6 +244,10 @@ impl Endpoint {
     pub fn ids(&self) -> impl Iterator<Item = ConnId> + '_ {
         self.conns.iter().map(|c| ConnId(c.local_id()))
     }
+    /// All connections, read-only.
+    pub fn connections(&self) -> impl Iterator<Item = &Connection> + '_ {
+        self.conns.iter()
+    }
     /// Endpoint counters.
     pub fn stats(&self) -> EndpointStats {
         self.stats
@@ -453,8 +457,11 @@ impl Endpoint {
         };
         let local_id = self.new_socket_id();
         let mut cfg = lcfg;
-        let mss = cfg.mss.min(hs.mss).max(76);
-        cfg.set_mss(mss);
+        // Without an explicit limit, accept the caller's MSS: it comes from its kernel's path
+        // MTU toward us (libsrt callers propose 1500).
+        let limit = if cfg.mss_explicit { cfg.mss } else { 65_535 };
+        let mss = limit.min(hs.mss).max(76);
+        cfg.mss = mss;
         let mut latency_us = cfg.latency.as_micros() as u64;
         if cfg.mode() == Mode::Live {
             let peer = u64::from(req.recv_tsbpd_delay_ms.max(req.send_tsbpd_delay_ms)) * 1000;

@@ -14,6 +14,29 @@ pub use impair::{Impaired, Impairment};
 pub use slipstream_proto::endpoint::Transmit;
 pub use std_udp::StdUdp;
 
+/// The path MTU the kernel knows for `dst` (IP_MTU / IPV6_MTU on a connected probe socket), or
+/// `None` where the platform does not say. No packet is sent: connecting a UDP socket only
+/// looks up the route.
+#[cfg(target_os = "linux")]
+pub fn path_mtu(dst: SocketAddr) -> Option<u32> {
+    let any: SocketAddr = if dst.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }
+        .parse()
+        .ok()?;
+    let probe = std::net::UdpSocket::bind(any).ok()?;
+    probe.connect(dst).ok()?;
+    if dst.is_ipv4() {
+        rustix::net::sockopt::ip_mtu(&probe).ok()
+    } else {
+        rustix::net::sockopt::ipv6_mtu(&probe).ok()
+    }
+}
+
+/// The path MTU the kernel knows for `dst`: not available on this platform.
+#[cfg(not(target_os = "linux"))]
+pub fn path_mtu(_dst: SocketAddr) -> Option<u32> {
+    None
+}
+
 use serde::Serialize;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};

@@ -20,6 +20,7 @@ pub enum Mode {
 pub struct ConnConfig {
     pub(crate) mode: Mode,
     pub(crate) mss: u32,
+    pub(crate) mss_explicit: bool,
     pub(crate) latency: Duration,
     pub(crate) stream_id: Option<Vec<u8>>,
     pub(crate) cc: String,
@@ -39,6 +40,7 @@ impl Default for ConnConfig {
             mode: Mode::File,
             // Ethernet MTU, as libsrt's SRTO_MSS default.
             mss: 1500,
+            mss_explicit: false,
             // libsrt's default SRTO_LATENCY (120 ms) for live mode.
             latency: Duration::from_millis(120),
             stream_id: None,
@@ -75,10 +77,29 @@ impl ConnConfig {
     pub fn mode(&self) -> Mode {
         self.mode
     }
-    /// Maximum segment size (IP packet size), bytes. Default 1500; the smaller of both ends wins.
+    /// Maximum segment size (IP packet size), bytes; the smaller of both ends wins. Default:
+    /// 1500, which the runtime raises to the path MTU the kernel reports for the peer (64 KiB
+    /// on loopback, 9000 on jumbo-frame links), and a listener accepts what the caller
+    /// proposes. Setting it explicitly turns both off.
     pub fn set_mss(&mut self, mss: u32) -> &mut Self {
         self.mss = mss.clamp(76, 65_535);
+        self.mss_explicit = true;
         self
+    }
+    /// Sets the MSS from a measured path MTU without marking it explicit.
+    pub fn set_mss_from_path(&mut self, path_mtu: u32) -> &mut Self {
+        if !self.mss_explicit {
+            self.mss = path_mtu.clamp(576, 65_535);
+        }
+        self
+    }
+    /// The MSS in effect.
+    pub fn mss(&self) -> u32 {
+        self.mss
+    }
+    /// Whether the MSS was set explicitly.
+    pub fn mss_is_explicit(&self) -> bool {
+        self.mss_explicit
     }
     /// TSBPD latency for live mode. Default 120 ms; the larger of both ends wins.
     pub fn set_latency(&mut self, latency: Duration) -> &mut Self {

@@ -630,6 +630,11 @@ impl Connection {
         self.sbuf.free_slots() * self.payload_size
     }
 
+    /// Capacity of the send buffer, bytes (it grows with the bandwidth-delay product).
+    pub fn send_buffer_capacity(&self) -> usize {
+        self.sbuf.cap() * self.payload_size
+    }
+
     /// Bytes queued but not yet acknowledged.
     pub fn send_buffer_len(&self) -> u64 {
         self.sbuf.bytes()
