@@ -5,6 +5,8 @@
 # system of sender and receiver together). Files live in /dev/shm so the disk is not measured.
 #
 # usage: scripts/bench-loopback.sh [SIZE_MIB=1024] [REPEAT=3]
+# SLIPSTREAM_MSS=1500 forces slipstream to libsrt's packet size (by default it uses the path
+# MTU the kernel reports: 64 KiB on loopback; libsrt is limited to 1500).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 size_mib=${1:-1024}
@@ -18,6 +20,7 @@ trap 'rm -rf "$dir"' EXIT
 head -c $((size_mib << 20)) /dev/urandom > "$dir/in.bin"
 bytes=$((size_mib << 20))
 port=47000
+mss_opt=${SLIPSTREAM_MSS:+--mss $SLIPSTREAM_MSS}
 
 # run NAME RECV_CMD SEND_CMD -> prints "NAME gbit cpu_s_per_gb"
 run() {
@@ -46,7 +49,7 @@ results=()
 for i in $(seq "$repeat"); do
     r=$(run srt "srt-file-transmit -q srt://:PORT file://$dir/out/in.bin" "srt-file-transmit -q file://$dir/in.bin srt://127.0.0.1:PORT")
     echo "run $i: $r (Gbit/s, CPU s/GB)"; results+=("$r")
-    r=$(run slipstream "$bin recv --quiet srt://:PORT $dir/out/" "$bin send --quiet $dir/in.bin srt://127.0.0.1:PORT")
+    r=$(run slipstream "$bin recv --quiet $mss_opt srt://:PORT $dir/out/" "$bin send --quiet $mss_opt $dir/in.bin srt://127.0.0.1:PORT")
     echo "run $i: $r (Gbit/s, CPU s/GB)"; results+=("$r")
 done
 printf '%s\n' "${results[@]}" | python3 -c '
