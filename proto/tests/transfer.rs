@@ -117,3 +117,41 @@ fn two_flows_share_a_bottleneck_fairly() {
     assert!(jain >= 0.9, "unfair: {x:?} (Jain {jain:.3})");
     assert!(util > 0.7, "bottleneck underused: {util:.2}");
 }
+
+/// Defaults need no tuning: on a path whose bandwidth-delay product (1 Gbit/s x 200 ms RTT =
+/// 25 MB, ~17,000 packets) exceeds the initial 8,192-packet window, the buffers grow by
+/// themselves and the transfer reaches most of the link rate.
+#[test]
+fn buffers_grow_to_the_bandwidth_delay_product() {
+    let s = seed(6);
+    let _g = SeedGuard(s);
+    let mut link = path(100, 0.0, Some(1_000_000_000));
+    link.queue_bytes = 32 << 20;
+    let mut p = Pair::new(s, link, path(100, 0.0, None));
+    let (ca, cb) = connect(&mut p, file_cfg());
+    let data = content(300_000_000, s);
+    let t0 = p.now;
+    let got = stream(&mut p, ca, cb, &data, Duration::from_secs(60));
+    let secs = (p.now - t0).as_secs_f64();
+    assert!(got == data, "content differs");
+    let sa = p.a.conn(ca).map(|c| c.stats(p.now));
+    let sb = p.b.conn(cb).unwrap().stats(p.now);
+    let gbit = 2.4 / secs;
+    eprintln!(
+        "300 MB in {secs:.2} s = {gbit:.2} Gbit/s; receive buffer {} packets",
+        sb.rcv_buf_cap_pkts
+    );
+    assert!(
+        sb.rcv_buf_cap_pkts > 17_000,
+        "receive buffer did not grow: {sb:?}"
+    );
+    if let Some(sa) = sa {
+        assert!(
+            sa.snd_buf_cap_pkts > 17_000,
+            "send buffer did not grow: {sa:?}"
+        );
+    }
+    // Slow start alone takes ~12 round trips (2.4 s) to reach the window; the whole transfer
+    // must still average over half the link.
+    assert!(gbit > 0.5, "only {gbit:.2} Gbit/s");
+}
