@@ -665,20 +665,7 @@ mod tests {
     fn ctx(now_us: u64) -> CcContext {
         CcContext {
             now_us,
-            rtt: Duration::from_millis(40),
-            rtt_var: Duration::from_millis(2),
-            bandwidth_pps: 10_000,
-            recv_rate_pps: 0,
-            recv_rate_bps: 0,
-            mss: 1500,
-            payload_size: 1456,
-            flow_window: 8192,
-            last_sent_seq: SeqNo::new(0),
-            syn_interval: Duration::from_millis(10),
-            pkts_sent: 0,
-            pkts_lost: 0,
-            max_bw_bps: 0,
-            input_rate_bps: 0,
+            ..super::super::test_context(40, 2, 10000)
         }
     }
 

@@ -126,6 +126,29 @@ pub trait CongestionControl: fmt::Debug + Send {
     }
 }
 
+/// A context for controller unit tests: a 1500-byte MSS, an 8192-packet window, nothing
+/// sent yet; the tests vary what they exercise.
+#[cfg(test)]
+pub(crate) fn test_context(rtt_ms: u64, rtt_var_ms: u64, bandwidth_pps: u32) -> CcContext {
+    CcContext {
+        now_us: 0,
+        rtt: Duration::from_millis(rtt_ms),
+        rtt_var: Duration::from_millis(rtt_var_ms),
+        bandwidth_pps,
+        recv_rate_pps: 0,
+        recv_rate_bps: 0,
+        mss: 1500,
+        payload_size: 1456,
+        flow_window: 8192,
+        last_sent_seq: SeqNo::new(0),
+        syn_interval: Duration::from_millis(10),
+        pkts_sent: 0,
+        pkts_lost: 0,
+        max_bw_bps: 0,
+        input_rate_bps: 0,
+    }
+}
+
 /// Builds a controller for a new connection.
 pub type CcFactory = fn() -> Box<dyn CongestionControl>;
 
