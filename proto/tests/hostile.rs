@@ -45,34 +45,9 @@ fn transfer_survives_a_storm_of_garbage() {
     let mut p = Pair::new(s, path(5, 0.01, Some(200_000_000)), path(5, 0.01, None));
     let (ca, cb) = connect(&mut p, file_cfg());
     let data = content(3_000_000, s);
-    let (mut sent, mut closed, mut eof) = (0, false, false);
-    let mut got = Vec::new();
-    let mut buf = vec![0u8; 65536];
-    let a_addr = p.a_addr;
-    let b_id = cb.0;
+    let (a_addr, b_id) = (p.a_addr, cb.0);
     let mut injected = 0u64;
-    let ok = p.run_until(Duration::from_secs(60), |p| {
-        let now = p.now;
-        // Application.
-        let c = p.a.conn(ca).unwrap();
-        while sent < data.len() {
-            match c.send(now, &data[sent..]) {
-                Ok(n) => sent += n,
-                Err(_) => break,
-            }
-        }
-        if sent == data.len() && !closed {
-            c.close(now);
-            closed = true;
-        }
-        let c = p.b.conn(cb).unwrap();
-        while let Ok(n) = c.recv(&mut buf) {
-            if n == 0 {
-                eof = true;
-                break;
-            }
-            got.extend_from_slice(&buf[..n]);
-        }
+    let got = stream_with(&mut p, ca, cb, &data, Duration::from_secs(60), |p| {
         // The storm: a few hostile datagrams per step.
         for _ in 0..8 {
             injected += 1;
@@ -113,14 +88,7 @@ fn transfer_survives_a_storm_of_garbage() {
             }
             p.inject_b(from, &d);
         }
-        eof
     });
-    assert!(
-        ok,
-        "transfer stalled under garbage: got {} of {}",
-        got.len(),
-        data.len()
-    );
     assert!(got == data, "content differs");
     let es = p.b.stats();
     assert!(
@@ -154,58 +122,28 @@ fn loss_lists_stay_small_with_100k_packets_in_flight() {
     cfg.set_initial_window(150_000);
     let (ca, cb) = connect(&mut p, cfg);
     let data = content(700_000_000, s);
-    let (mut sent, mut closed, mut eof, mut lossy) = (0, false, false, false);
-    let mut got = 0usize;
-    let mut buf = vec![0u8; 1 << 20];
-    let mut max_inflight = 0;
-    let mut max_ranges = 0;
-    let mut max_lost = 0;
-    let ok = p.run_until(Duration::from_secs(600), |p| {
+    let (mut lossy, mut max_inflight, mut max_ranges, mut max_lost) = (false, 0, 0, 0);
+    let got = stream_with(&mut p, ca, cb, &data, Duration::from_secs(600), |p| {
         let now = p.now;
-        let c = p.a.conn(ca).unwrap();
-        while sent < data.len() {
-            match c.send(now, &data[sent..]) {
-                Ok(n) => sent += n,
-                Err(_) => break,
+        if let Some(c) = p.a.conn(ca) {
+            let st = c.stats(now);
+            max_inflight = max_inflight.max(st.pkts_in_flight);
+            if !lossy && st.pkts_in_flight > 100_000 {
+                // Bursty loss from now on: ~1% of packets, in bursts of 20 on average.
+                lossy = true;
+                p.ab.set_config(deep(Some(GilbertElliott {
+                    p_good_to_bad: 0.0005,
+                    p_bad_to_good: 0.05,
+                    loss_good: 0.0,
+                    loss_bad: 1.0,
+                })));
             }
         }
-        if sent == data.len() && !closed {
-            c.close(now);
-            closed = true;
-        }
-        let st = c.stats(now);
-        max_inflight = max_inflight.max(st.pkts_in_flight);
-        if !lossy && st.pkts_in_flight > 100_000 {
-            // Bursty loss from now on: ~1% of packets, in bursts of 20 on average.
-            lossy = true;
-            p.ab.set_config(deep(Some(GilbertElliott {
-                p_good_to_bad: 0.0005,
-                p_bad_to_good: 0.05,
-                loss_good: 0.0,
-                loss_bad: 1.0,
-            })));
-        }
-        let c = p.b.conn(cb).unwrap();
-        let sb = c.stats(now);
+        let sb = p.b.conn(cb).expect("receiver").stats(now);
         max_ranges = max_ranges.max(sb.rcv_loss_ranges);
         max_lost = max_lost.max(sb.rcv_loss_pkts);
-        loop {
-            match c.recv(&mut buf) {
-                Ok(0) => {
-                    eof = true;
-                    break;
-                }
-                Ok(n) => {
-                    assert!(buf[..n] == data[got..got + n], "content differs at {got}");
-                    got += n;
-                }
-                Err(_) => break,
-            }
-        }
-        eof
     });
-    assert!(ok, "did not finish: got {got} of {}", data.len());
-    assert_eq!(got, data.len());
+    assert!(got == data, "content differs");
     assert!(
         max_inflight > 100_000,
         "only {max_inflight} packets in flight"

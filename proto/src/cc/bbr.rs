@@ -91,6 +91,7 @@
 //! its estimate decay after ten slots, then probes back up in ProbeBW), and the early end of
 //! the 1.25 / 0.75 phases by in-flight, since the engine gives no exact in-flight.
 
+use super::{finite_or, flow_window, mss, syn_us, unit_from_seq};
 use super::{CcContext, CcControl, CongestionControl};
 use crate::seq::SeqNo;
 use std::collections::VecDeque;
@@ -133,14 +134,8 @@ const ACK_SLACK_PKTS: f64 = 64.0;
 pub const MIN_PERIOD_US: f64 = 1.0;
 /// Largest sending period in µs (one packet per second).
 pub const MAX_PERIOD_US: f64 = 1_000_000.0;
-/// Largest window, packets, when the flow window is unknown.
-const DEFAULT_FLOW_WINDOW: f64 = 25_600.0;
 /// The engine sends 16 packets per 15 periods (probe pairs); the period is scaled by this.
 const PROBE_PAIR_FACTOR: f64 = 16.0 / 15.0;
-/// SYN interval assumed when the context gives none, µs.
-const DEFAULT_SYN_US: f64 = 10_000.0;
-/// MSS assumed when the context gives none.
-const DEFAULT_MSS: f64 = 1_500.0;
 /// Shortest ProbeBW phase (and bandwidth-filter slot), in SYN intervals: the receive rate in
 /// [`CcContext::recv_rate_pps`] is smoothed by the engine with weight 1/8 per full ACK (one per
 /// SYN interval), so a change of the sending rate needs about eight SYN intervals to show in
@@ -251,48 +246,8 @@ impl Default for Bbr {
     }
 }
 
-/// Replaces a non-finite value.
-fn finite_or(x: f64, fallback: f64) -> f64 {
-    if x.is_finite() {
-        x
-    } else {
-        fallback
-    }
-}
-
-fn syn_us(ctx: &CcContext) -> f64 {
-    let s = ctx.syn_interval.as_micros() as f64;
-    if s > 0.0 {
-        s
-    } else {
-        DEFAULT_SYN_US
-    }
-}
-
-fn mss(ctx: &CcContext) -> f64 {
-    if ctx.mss > 0 {
-        f64::from(ctx.mss)
-    } else {
-        DEFAULT_MSS
-    }
-}
-
 fn max_cwnd(ctx: &CcContext) -> f64 {
-    let fw = if ctx.flow_window > 0 {
-        f64::from(ctx.flow_window)
-    } else {
-        DEFAULT_FLOW_WINDOW
-    };
-    (2.0 * fw).max(MIN_CWND)
-}
-
-/// A deterministic value in [0, 1) from a sequence number (SplitMix64 finaliser).
-fn unit_from_seq(seq: SeqNo) -> f64 {
-    let mut z = u64::from(seq.get()).wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^= z >> 31;
-    (z >> 11) as f64 / (1u64 << 53) as f64
+    (2.0 * flow_window(ctx)).max(MIN_CWND)
 }
 
 impl Bbr {

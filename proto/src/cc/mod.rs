@@ -126,6 +126,62 @@ pub trait CongestionControl: fmt::Debug + Send {
     }
 }
 
+// ---- guards shared by the controllers: every input may be zero or absurd ----
+
+/// SYN interval assumed when the context gives none (SRT's COMM_SYN_INTERVAL_US).
+const DEFAULT_SYN_US: f64 = 10_000.0;
+/// MSS assumed when the context gives none.
+const DEFAULT_MSS: f64 = 1_500.0;
+/// Flow window assumed when the peer's is not known (SRT's default SRTO_FC).
+const DEFAULT_FLOW_WINDOW: f64 = 25_600.0;
+
+/// Replaces a non-finite value.
+pub(crate) fn finite_or(x: f64, fallback: f64) -> f64 {
+    if x.is_finite() {
+        x
+    } else {
+        fallback
+    }
+}
+
+/// The SYN interval in µs, or SRT's 10 ms when the context has none.
+pub(crate) fn syn_us(ctx: &CcContext) -> f64 {
+    let s = ctx.syn_interval.as_micros() as f64;
+    if s > 0.0 {
+        s
+    } else {
+        DEFAULT_SYN_US
+    }
+}
+
+/// The MSS, or 1500 when the context has none.
+pub(crate) fn mss(ctx: &CcContext) -> f64 {
+    if ctx.mss > 0 {
+        f64::from(ctx.mss)
+    } else {
+        DEFAULT_MSS
+    }
+}
+
+/// The peer's flow window in packets, or SRT's default when unknown.
+pub(crate) fn flow_window(ctx: &CcContext) -> f64 {
+    if ctx.flow_window > 0 {
+        f64::from(ctx.flow_window)
+    } else {
+        DEFAULT_FLOW_WINDOW
+    }
+}
+
+/// A deterministic value in [0, 1) from a sequence number (SplitMix64 finaliser): random-looking
+/// choices that replay exactly for the same packets, with no hidden generator state.
+pub(crate) fn unit_from_seq(seq: SeqNo) -> f64 {
+    let mut z = u64::from(seq.get()).wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 53) as f64
+}
+
 /// A context for controller unit tests: a 1500-byte MSS, an 8192-packet window, nothing
 /// sent yet; the tests vary what they exercise.
 #[cfg(test)]

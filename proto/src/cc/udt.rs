@@ -53,6 +53,7 @@
 //!   every intermediate value is checked: zero RTT, rates or bandwidth never produce NaN or
 //!   infinities.
 
+use super::{finite_or, flow_window, mss, syn_us, unit_from_seq};
 use super::{CcContext, CcControl, CongestionControl};
 use crate::seq::SeqNo;
 
@@ -70,12 +71,6 @@ pub const DECREASE_FACTOR: f64 = 1.125;
 const NAK_AVG_WEIGHT: f64 = 0.125;
 /// Decreases allowed within one congestion epoch, the first included.
 const MAX_DECREASES_PER_EPOCH: u32 = 5;
-/// Flow window assumed when the peer's is not known (SRT's default SRTO_FC).
-const DEFAULT_FLOW_WINDOW: f64 = 25_600.0;
-/// SYN interval assumed when the context gives none (SRT's COMM_SYN_INTERVAL_US).
-const DEFAULT_SYN_US: f64 = 10_000.0;
-/// MSS assumed when the context gives none.
-const DEFAULT_MSS: f64 = 1_500.0;
 /// Scale of the increase: 1.5e-6 (UDT's beta).
 const INCREASE_BETA: f64 = 0.000_001_5;
 
@@ -120,52 +115,9 @@ impl Default for UdtCc {
     }
 }
 
-/// Replaces a non-finite value.
-fn finite_or(x: f64, fallback: f64) -> f64 {
-    if x.is_finite() {
-        x
-    } else {
-        fallback
-    }
-}
-
 /// `(rtt + syn)` in µs, at least one SYN interval.
 fn rtt_plus_syn_us(ctx: &CcContext) -> f64 {
     ctx.rtt.as_micros() as f64 + syn_us(ctx)
-}
-
-fn syn_us(ctx: &CcContext) -> f64 {
-    let s = ctx.syn_interval.as_micros() as f64;
-    if s > 0.0 {
-        s
-    } else {
-        DEFAULT_SYN_US
-    }
-}
-
-fn mss(ctx: &CcContext) -> f64 {
-    if ctx.mss > 0 {
-        f64::from(ctx.mss)
-    } else {
-        DEFAULT_MSS
-    }
-}
-
-fn flow_window(ctx: &CcContext) -> f64 {
-    if ctx.flow_window > 0 {
-        f64::from(ctx.flow_window)
-    } else {
-        DEFAULT_FLOW_WINDOW
-    }
-}
-
-/// A deterministic value in [0, 1) from a sequence number (SplitMix64 finaliser).
-fn unit_from_seq(seq: SeqNo) -> f64 {
-    let mut z = u64::from(seq.get()).wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^= z >> 31;
-    (z >> 11) as f64 / (1u64 << 53) as f64
 }
 
 impl UdtCc {
@@ -623,7 +575,7 @@ mod tests {
             c.max_bw_bps = max_bw;
             let (mut cc, mut ctl) = started(&c);
             let mut sent = SeqNo::new(0);
-            let max_cwnd = 2.0 * if fw > 0 { f64::from(fw) } else { DEFAULT_FLOW_WINDOW };
+            let max_cwnd = 2.0 * if fw > 0 { f64::from(fw) } else { 25_600.0 };
             for e in events {
                 match e {
                     Ev::Ack { dt, acked } => {

@@ -81,6 +81,19 @@ pub fn connect(p: &mut Pair, cfg: ConnConfig) -> (ConnId, ConnId) {
 /// Streams `data` from a's `ca` to b's `cb` (file mode), closing gracefully at the end.
 /// Returns what b received.
 pub fn stream(p: &mut Pair, ca: ConnId, cb: ConnId, data: &[u8], limit: Duration) -> Vec<u8> {
+    stream_with(p, ca, cb, data, limit, |_| {})
+}
+
+/// Like [`stream`], calling `each_step` after the application's work at every step (to inject
+/// traffic, change the path, or watch statistics).
+pub fn stream_with(
+    p: &mut Pair,
+    ca: ConnId,
+    cb: ConnId,
+    data: &[u8],
+    limit: Duration,
+    mut each_step: impl FnMut(&mut Pair),
+) -> Vec<u8> {
     let mut sent = 0;
     let mut closed = false;
     let mut got = Vec::with_capacity(data.len());
@@ -111,6 +124,7 @@ pub fn stream(p: &mut Pair, ca: ConnId, cb: ConnId, data: &[u8], limit: Duration
                 Err(_) => break,
             }
         }
+        each_step(p);
         eof
     });
     let sa = p.a.conn(ca).map(|c| c.stats(p.now));
