@@ -11,6 +11,7 @@ pub mod api;
 pub mod cli;
 pub mod datapath;
 mod runtime;
+mod sys;
 pub mod transfer;
 
 pub use api::{Connection, Endpoint, EndpointOptions};

@@ -11,7 +11,7 @@
 //! The loop allocates nothing per packet: receive and transmit slots are allocated once (and
 //! grown only when a connection with a larger MSS appears).
 
-use crate::datapath::{Datapath, DatapathStats, RxMeta, Transmit, Waker};
+use crate::datapath::{Datapath, DatapathStats, Tx, Waker, MAX_UDP_PAYLOAD};
 use slipstream_proto::conn::Event;
 use slipstream_proto::endpoint::{ConnId, Endpoint};
 use std::collections::VecDeque;
@@ -21,8 +21,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Datagrams per receive or send batch.
-pub(crate) const BATCH: usize = 64;
+/// Most datagrams sent per loop iteration.
+const TX_DATAGRAMS: usize = 256;
 /// Smallest slot size: an Ethernet-MTU datagram plus room for a jumbo-ish peer.
 const MIN_SLOT: usize = 2048;
 /// Deadlines closer than this are not slept for: the kernel's timeout granularity would
@@ -155,10 +155,8 @@ pub(crate) fn spawn(
     let io = IoLoop {
         dp,
         shared: shared.clone(),
-        rx_buf: vec![0; BATCH * slot],
-        rx_metas: vec![RxMeta::default(); BATCH],
-        tx_buf: vec![0; BATCH * slot],
-        txs: Vec::with_capacity(BATCH),
+        tx_buf: vec![0; TX_DATAGRAMS * slot],
+        txs: Vec::with_capacity(TX_DATAGRAMS),
         slot,
         since_notify: 0,
     };
@@ -171,16 +169,51 @@ pub(crate) fn spawn(
 struct IoLoop {
     dp: Box<dyn Datapath>,
     shared: Arc<Shared>,
-    rx_buf: Vec<u8>,
-    rx_metas: Vec<RxMeta>,
+    /// Outgoing datagrams, packed back to back so that runs can go out as one GSO send.
     tx_buf: Vec<u8>,
-    txs: Vec<Transmit>,
+    txs: Vec<Tx>,
     slot: usize,
     /// Datagrams handled since application threads were last woken.
     since_notify: usize,
 }
 
 impl IoLoop {
+    /// Polls the engine for datagrams, packing them back to back in `tx_buf` and grouping
+    /// consecutive ones of one size to one destination into runs the datapath can send as
+    /// one segmentation-offload transmit (the engine emits paced data packets of the same
+    /// size back to back). Returns whether the batch filled up (more may be ready).
+    fn collect_transmits(&mut self, g: &mut State, now: Instant) -> bool {
+        self.txs.clear();
+        let max_segments = self.dp.max_segments().max(1);
+        let (mut at, mut count) = (0, 0);
+        while count < TX_DATAGRAMS {
+            if at + self.slot > self.tx_buf.len() {
+                return true;
+            }
+            let Some(t) =
+                g.ep.poll_transmit(now, &mut self.tx_buf[at..at + self.slot])
+            else {
+                return false;
+            };
+            count += 1;
+            let extends = self.txs.last().is_some_and(|run| {
+                run.dst == t.dst
+                    && run.offset + run.len == at
+                    && run.len % run.segment_size.max(1) == 0
+                    && t.len <= run.segment_size
+                    && t.len > 0
+                    && run.datagrams() < max_segments
+                    && run.len + t.len <= MAX_UDP_PAYLOAD
+            });
+            match self.txs.last_mut() {
+                Some(run) if extends => run.len += t.len,
+                _ => self.txs.push(Tx::single(t.dst, at, t.len)),
+            }
+            at += t.len;
+        }
+        true
+    }
+
     fn run(mut self) {
         let result = self.event_loop();
         let mut g = self.shared.lock();
@@ -191,20 +224,19 @@ impl IoLoop {
     }
 
     fn event_loop(&mut self) -> io::Result<()> {
+        let shared = self.shared.clone();
         let mut timeout = Some(Duration::ZERO);
         loop {
-            let n = self
-                .dp
-                .recv(&mut self.rx_buf, self.slot, &mut self.rx_metas, timeout)?;
-            self.shared.io_sleeping.store(false, Ordering::Release);
+            let batch = self.dp.recv(timeout)?;
+            shared.io_sleeping.store(false, Ordering::Release);
 
-            let mut g = self.shared.lock();
-            for (i, m) in self.rx_metas[..n].iter().enumerate() {
-                let at = i * self.slot;
+            let mut g = shared.lock();
+            let n = batch.len();
+            for (src, data) in batch.iter() {
                 // A clock read per datagram: the receiver's packet-pair bandwidth probe
                 // measures the gap between two datagrams, which one shared timestamp per
                 // batch would make zero.
-                g.ep.handle(Instant::now(), m.src, &self.rx_buf[at..at + m.len]);
+                g.ep.handle(Instant::now(), src, data);
             }
             let now = Instant::now();
             let mut fired = false;
@@ -235,21 +267,9 @@ impl IoLoop {
             if g.max_mss > self.slot {
                 // A connection with a larger MSS appeared: grow once, outside the steady state.
                 self.slot = g.max_mss;
-                self.rx_buf = vec![0; BATCH * self.slot];
-                self.tx_buf = vec![0; BATCH * self.slot];
+                self.tx_buf = vec![0; TX_DATAGRAMS * self.slot];
             }
-            self.txs.clear();
-            while self.txs.len() < BATCH {
-                let at = self.txs.len() * self.slot;
-                match g
-                    .ep
-                    .poll_transmit(now, &mut self.tx_buf[at..at + self.slot])
-                {
-                    Some(t) => self.txs.push(t),
-                    None => break,
-                }
-            }
-            let full = self.txs.len() == BATCH;
+            let full = self.collect_transmits(&mut g, now);
             if !full && !g.to_remove.is_empty() {
                 // Every pending datagram (a closing shutdown) has been polled: forget them.
                 let st = &mut *g;
@@ -278,7 +298,7 @@ impl IoLoop {
                 })
             };
             if timeout != Some(Duration::ZERO) {
-                self.shared.io_sleeping.store(true, Ordering::Release);
+                shared.io_sleeping.store(true, Ordering::Release);
             }
             // Wake application threads when it is worth it: a stream reader or writer woken
             // for every few packets costs a context switch each and reads or writes tiny pieces.
@@ -297,12 +317,12 @@ impl IoLoop {
             drop(g);
             if notify {
                 self.since_notify = 0;
-                self.shared.cond.notify_all();
+                shared.cond.notify_all();
             }
 
             if !self.txs.is_empty() {
                 // Datagrams the kernel had no room for are lost; the protocol recovers them.
-                self.dp.send(&self.tx_buf, self.slot, &self.txs)?;
+                self.dp.send(&self.tx_buf, &self.txs)?;
             }
             if self.dp.next_deadline().is_some_and(|d| d <= Instant::now()) {
                 self.dp.service()?;

@@ -7,7 +7,7 @@
 //! is impaired; impair both ends to impair both directions. The destination address travels
 //! with each datagram through the link as a 19-byte prefix (counted by the link's rate limit).
 
-use super::{Datapath, DatapathStats, RxMeta, Transmit, Waker};
+use super::{Datapath, DatapathStats, RxBatch, Tx, Waker};
 use slipstream_proto::sim::{Link, LinkConfig};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -150,7 +150,7 @@ pub struct Impaired<D: Datapath> {
     link: Link,
     scratch: Vec<u8>,
     out: Vec<u8>,
-    out_txs: Vec<Transmit>,
+    out_txs: Vec<Tx>,
 }
 
 impl<D: Datapath> Impaired<D> {
@@ -181,12 +181,12 @@ impl<D: Datapath> Impaired<D> {
                 let len = n.saturating_sub(PREFIX);
                 let at = self.out_txs.len() * MAX_DATAGRAM;
                 self.out[at..at + len].copy_from_slice(&self.scratch[PREFIX..PREFIX + len]);
-                self.out_txs.push(Transmit { dst, len });
+                self.out_txs.push(Tx::single(dst, at, len));
             }
             if self.out_txs.is_empty() {
                 return Ok(());
             }
-            self.inner.send(&self.out, MAX_DATAGRAM, &self.out_txs)?;
+            self.inner.send(&self.out, &self.out_txs)?;
         }
     }
 }
@@ -228,26 +228,23 @@ impl<D: Datapath> Datapath for Impaired<D> {
         self.inner.local_addr()
     }
 
-    fn send(&mut self, bufs: &[u8], stride: usize, txs: &[Transmit]) -> io::Result<usize> {
+    fn send(&mut self, buf: &[u8], txs: &[Tx]) -> io::Result<usize> {
         let now = Instant::now();
-        for (i, tx) in txs.iter().enumerate() {
-            let len = tx.len.min(MAX_DATAGRAM);
-            encode(tx.dst, &mut self.scratch);
-            self.scratch[PREFIX..PREFIX + len].copy_from_slice(&bufs[i * stride..i * stride + len]);
-            self.link.send(now, &self.scratch[..PREFIX + len]);
+        for tx in txs {
+            for seg in tx.segments() {
+                let len = seg.len().min(MAX_DATAGRAM);
+                encode(tx.dst, &mut self.scratch);
+                self.scratch[PREFIX..PREFIX + len]
+                    .copy_from_slice(&buf[seg.start..seg.start + len]);
+                self.link.send(now, &self.scratch[..PREFIX + len]);
+            }
         }
         self.flush(now)?;
         Ok(txs.len())
     }
 
-    fn recv(
-        &mut self,
-        bufs: &mut [u8],
-        stride: usize,
-        metas: &mut [RxMeta],
-        timeout: Option<Duration>,
-    ) -> io::Result<usize> {
-        self.inner.recv(bufs, stride, metas, timeout)
+    fn recv(&mut self, timeout: Option<Duration>) -> io::Result<RxBatch<'_>> {
+        self.inner.recv(timeout)
     }
 
     fn waker(&self) -> io::Result<Waker> {

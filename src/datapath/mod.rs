@@ -11,7 +11,6 @@ mod impair;
 mod std_udp;
 
 pub use impair::{Impaired, Impairment};
-pub use slipstream_proto::endpoint::Transmit;
 pub use std_udp::StdUdp;
 
 /// The path MTU the kernel knows for `dst` (IP_MTU / IPV6_MTU on a connected probe socket), or
@@ -43,12 +42,65 @@ use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Where one received datagram came from and how long it is.
+/// Largest UDP payload over IPv4 (65,535 minus the IP and UDP headers): the bound on one
+/// datagram and on one segmentation-offload send.
+pub const MAX_UDP_PAYLOAD: usize = 65_507;
+
+/// One send operation: bytes `buf[offset .. offset + len]` to `dst`, cut into datagrams of
+/// `segment_size` bytes each (the last may be shorter). A single datagram has
+/// `segment_size == len`. Backends with segmentation offload hand a whole run to the kernel
+/// at once (UDP GSO); the others send the datagrams one by one from the same bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tx {
+    /// Destination.
+    pub dst: SocketAddr,
+    /// Where the run starts in the batch buffer.
+    pub offset: usize,
+    /// Total bytes of the run.
+    pub len: usize,
+    /// Bytes per datagram; every datagram but the last is exactly this long.
+    pub segment_size: usize,
+}
+
+impl Tx {
+    /// One datagram of `len` bytes at `offset`.
+    pub fn single(dst: SocketAddr, offset: usize, len: usize) -> Self {
+        Tx {
+            dst,
+            offset,
+            len,
+            segment_size: len,
+        }
+    }
+
+    /// How many datagrams the run holds (a zero-length datagram counts as one).
+    pub fn datagrams(&self) -> usize {
+        if self.len == 0 || self.segment_size == 0 {
+            1
+        } else {
+            self.len.div_ceil(self.segment_size)
+        }
+    }
+
+    /// The byte ranges of the run's datagrams in the batch buffer.
+    pub fn segments(&self) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
+        let seg = self.segment_size.max(1);
+        let end = self.offset + self.len;
+        (0..self.datagrams()).map(move |i| {
+            let a = self.offset + i * seg;
+            a..(a + seg).min(end)
+        })
+    }
+}
+
+/// Where one received datagram came from and where its bytes are in the batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RxMeta {
     /// Source address.
     pub src: SocketAddr,
-    /// Bytes written at the start of this datagram's slot.
+    /// Where the datagram starts in the batch buffer.
+    pub offset: usize,
+    /// Its length.
     pub len: usize,
 }
 
@@ -56,8 +108,51 @@ impl Default for RxMeta {
     fn default() -> Self {
         RxMeta {
             src: SocketAddr::from(([0, 0, 0, 0], 0)),
+            offset: 0,
             len: 0,
         }
+    }
+}
+
+/// Datagrams received by one [`Datapath::recv`] call, borrowed from the datapath's own
+/// buffers (the kernel wrote them there; nothing is copied) until its next call.
+#[derive(Debug, Clone, Copy)]
+pub struct RxBatch<'a> {
+    buf: &'a [u8],
+    metas: &'a [RxMeta],
+}
+
+impl<'a> RxBatch<'a> {
+    /// A batch of `metas` pointing into `buf`. Metas outside `buf` are skipped by
+    /// [`RxBatch::iter`].
+    pub fn new(buf: &'a [u8], metas: &'a [RxMeta]) -> Self {
+        RxBatch { buf, metas }
+    }
+
+    /// No datagrams (timeout or wake-up).
+    pub fn empty() -> Self {
+        RxBatch {
+            buf: &[],
+            metas: &[],
+        }
+    }
+
+    /// Number of datagrams.
+    pub fn len(&self) -> usize {
+        self.metas.len()
+    }
+
+    /// Whether the batch holds no datagram.
+    pub fn is_empty(&self) -> bool {
+        self.metas.is_empty()
+    }
+
+    /// The datagrams, in arrival order: source and bytes.
+    pub fn iter(&self) -> impl Iterator<Item = (SocketAddr, &'a [u8])> + 'a {
+        let buf = self.buf;
+        self.metas
+            .iter()
+            .filter_map(move |m| Some((m.src, buf.get(m.offset..m.offset.checked_add(m.len)?)?)))
     }
 }
 
@@ -69,7 +164,13 @@ pub struct DatapathStats {
     pub sent: u64,
     /// Datagrams received (waker datagrams excluded).
     pub received: u64,
-    /// Times a send found the socket buffer full and had to wait.
+    /// System calls made for sending and receiving (waits included).
+    pub syscalls: u64,
+    /// Sends that carried more than one datagram with segmentation offload (GSO).
+    pub gso_sends: u64,
+    /// Receives that returned more than one coalesced datagram (GRO).
+    pub gro_batches: u64,
+    /// Times a send found the socket buffer (or submission ring) full and had to wait.
     pub send_would_block: u64,
     /// Datagrams dropped because the kernel had no buffer (ENOBUFS).
     pub send_nobufs: u64,
@@ -77,38 +178,47 @@ pub struct DatapathStats {
     pub send_errors: u64,
     /// Receive errors ignored (ICMP errors reported on the socket, ...).
     pub recv_errors: u64,
+    /// Zero-copy sends completed.
+    pub zerocopy_completed: u64,
+    /// Of those, the ones the kernel reports it copied after all.
+    pub zerocopy_copied: u64,
+    /// Times the datapath gave up a kernel feature at run time (GSO refused, ...) and fell
+    /// back to a slower way.
+    pub degraded: u64,
     /// Datagrams the simulated link dropped (loss, queue overflow, MTU), when impaired.
     pub impaired_lost: u64,
     /// Datagrams the simulated link delivered (duplicates included).
     pub impaired_delivered: u64,
 }
 
-/// Batched datagram I/O for one UDP socket.
+/// Datagram I/O for one UDP socket, in batches.
 ///
-/// Buffers are laid out in fixed-size slots: datagram `i` lives at
-/// `bufs[i * stride .. i * stride + len]`. Neither call allocates.
+/// The calling protocol: the owner calls [`Datapath::recv`] (waiting at most a timeout) and
+/// consumes the returned batch before calling anything else; it writes outgoing datagrams
+/// into a buffer of its own and passes runs of them to [`Datapath::send`]; it calls
+/// [`Datapath::service`] when [`Datapath::next_deadline`] passes. Neither call allocates.
 pub trait Datapath: Send + std::fmt::Debug {
-    /// A short name for logs and statistics ("std", "impaired(std)", ...).
+    /// A short name for logs and statistics ("std", "mmsg+gso", "uring", ...).
     fn name(&self) -> &'static str;
 
     /// The bound local address.
     fn local_addr(&self) -> io::Result<SocketAddr>;
 
-    /// Sends datagrams `i in 0..txs.len()`: bytes `bufs[i*stride .. i*stride + txs[i].len]` to
-    /// `txs[i].dst`. Returns how many were dealt with; it stops early only when the kernel has
-    /// no buffer (ENOBUFS, counted); the caller treats the rest as lost.
-    fn send(&mut self, bufs: &[u8], stride: usize, txs: &[Transmit]) -> io::Result<usize>;
+    /// The most datagrams one [`Tx`] may carry: 1 without segmentation offload. Runs are
+    /// also bounded by [`MAX_UDP_PAYLOAD`] bytes.
+    fn max_segments(&self) -> usize {
+        1
+    }
+
+    /// Sends the runs `txs`, whose bytes are in `buf`. Returns how many runs were dealt
+    /// with; it stops early only when the kernel has no buffer (ENOBUFS, counted); the caller
+    /// treats the rest as lost. A full socket buffer is waited out (back-pressure).
+    fn send(&mut self, buf: &[u8], txs: &[Tx]) -> io::Result<usize>;
 
     /// Waits up to `timeout` (`None` = forever, zero = do not wait) for at least one datagram,
-    /// then takes whatever else is ready without blocking, up to `metas.len()`. Returns how
-    /// many slots were filled (0 on timeout or when woken).
-    fn recv(
-        &mut self,
-        bufs: &mut [u8],
-        stride: usize,
-        metas: &mut [RxMeta],
-        timeout: Option<Duration>,
-    ) -> io::Result<usize>;
+    /// then takes whatever else is ready without blocking. An empty batch means timeout or
+    /// wake-up.
+    fn recv(&mut self, timeout: Option<Duration>) -> io::Result<RxBatch<'_>>;
 
     /// A handle other threads use to interrupt a blocked [`Datapath::recv`].
     fn waker(&self) -> io::Result<Waker>;
@@ -165,17 +275,14 @@ impl<D: Datapath + ?Sized> Datapath for Box<D> {
     fn local_addr(&self) -> io::Result<SocketAddr> {
         (**self).local_addr()
     }
-    fn send(&mut self, bufs: &[u8], stride: usize, txs: &[Transmit]) -> io::Result<usize> {
-        (**self).send(bufs, stride, txs)
+    fn max_segments(&self) -> usize {
+        (**self).max_segments()
     }
-    fn recv(
-        &mut self,
-        bufs: &mut [u8],
-        stride: usize,
-        metas: &mut [RxMeta],
-        timeout: Option<Duration>,
-    ) -> io::Result<usize> {
-        (**self).recv(bufs, stride, metas, timeout)
+    fn send(&mut self, buf: &[u8], txs: &[Tx]) -> io::Result<usize> {
+        (**self).send(buf, txs)
+    }
+    fn recv(&mut self, timeout: Option<Duration>) -> io::Result<RxBatch<'_>> {
+        (**self).recv(timeout)
     }
     fn waker(&self) -> io::Result<Waker> {
         (**self).waker()

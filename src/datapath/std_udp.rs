@@ -4,7 +4,7 @@
 //! the engine's pacing deadlines (`SO_RCVTIMEO` would round them up to scheduler ticks, which
 //! throttled a paced sender to a fraction of its rate).
 
-use super::{Datapath, DatapathStats, RxMeta, Transmit, Waker};
+use super::{Datapath, DatapathStats, RxBatch, RxMeta, Tx, Waker, MAX_UDP_PAYLOAD};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
@@ -16,6 +16,10 @@ use std::time::{Duration, Instant};
 const SOCKET_BUFFER: usize = 8 << 20;
 /// Linux `ENOBUFS`.
 const ENOBUFS: i32 = 105;
+/// Datagrams per receive batch.
+const RX_BATCH: usize = 64;
+/// Receive buffer: datagrams are packed one after another while a largest one still fits.
+const RX_BUF: usize = 1 << 20;
 
 /// Datapath on a standard UDP socket.
 #[derive(Debug)]
@@ -24,6 +28,8 @@ pub struct StdUdp {
     waker_sock: Arc<UdpSocket>,
     waker_addr: SocketAddr,
     stats: DatapathStats,
+    rx_buf: Vec<u8>,
+    rx_metas: Vec<RxMeta>,
 }
 
 impl StdUdp {
@@ -52,18 +58,21 @@ impl StdUdp {
             waker_sock: Arc::new(waker_sock),
             waker_addr,
             stats: DatapathStats::default(),
+            rx_buf: vec![0; RX_BUF],
+            rx_metas: Vec::with_capacity(RX_BATCH),
         })
     }
 
     /// Waits until the socket is readable (or writable with `out`), at most `timeout`.
     /// Returns false on timeout.
-    fn wait(&self, out: bool, timeout: Option<Duration>) -> io::Result<bool> {
+    fn wait(&mut self, out: bool, timeout: Option<Duration>) -> io::Result<bool> {
         let flags = if out { PollFlags::OUT } else { PollFlags::IN };
         let ts = timeout.map(|t| Timespec {
             tv_sec: t.as_secs() as _,
             tv_nsec: t.subsec_nanos() as _,
         });
         let mut fds = [PollFd::new(&self.sock, flags)];
+        self.stats.syscalls += 1;
         match poll(&mut fds, ts.as_ref()) {
             Ok(n) => Ok(n > 0),
             Err(rustix::io::Errno::INTR) => Ok(true),
@@ -71,10 +80,14 @@ impl StdUdp {
         }
     }
 
-    /// One non-blocking receive into `slot`.
-    fn recv_one(&mut self, slot: &mut [u8]) -> io::Result<Rx> {
+    /// One non-blocking receive into the receive buffer at `at`.
+    fn recv_one(&mut self, at: usize) -> io::Result<Rx> {
         loop {
-            match self.sock.recv_from(slot) {
+            self.stats.syscalls += 1;
+            match self
+                .sock
+                .recv_from(&mut self.rx_buf[at..at + MAX_UDP_PAYLOAD])
+            {
                 Ok((0, src)) if src == self.waker_addr => return Ok(Rx::Woken),
                 Ok((len, src)) => {
                     self.stats.received += 1;
@@ -111,28 +124,31 @@ impl Datapath for StdUdp {
         self.sock.local_addr()
     }
 
-    fn send(&mut self, bufs: &[u8], stride: usize, txs: &[Transmit]) -> io::Result<usize> {
+    fn send(&mut self, buf: &[u8], txs: &[Tx]) -> io::Result<usize> {
         for (i, tx) in txs.iter().enumerate() {
-            let data = &bufs[i * stride..i * stride + tx.len];
-            loop {
-                match self.sock.send_to(data, tx.dst) {
-                    Ok(_) => {
-                        self.stats.sent += 1;
-                        break;
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        // A full socket buffer is back-pressure: wait for room.
-                        self.stats.send_would_block += 1;
-                        self.wait(true, None)?;
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) if e.raw_os_error() == Some(ENOBUFS) => {
-                        self.stats.send_nobufs += (txs.len() - i) as u64;
-                        return Ok(i);
-                    }
-                    Err(_) => {
-                        self.stats.send_errors += 1;
-                        break;
+            for seg in tx.segments() {
+                loop {
+                    self.stats.syscalls += 1;
+                    match self.sock.send_to(&buf[seg.clone()], tx.dst) {
+                        Ok(_) => {
+                            self.stats.sent += 1;
+                            break;
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            // A full socket buffer is back-pressure: wait for room.
+                            self.stats.send_would_block += 1;
+                            self.wait(true, None)?;
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) if e.raw_os_error() == Some(ENOBUFS) => {
+                            let rest: usize = txs[i..].iter().map(Tx::datagrams).sum();
+                            self.stats.send_nobufs += rest as u64;
+                            return Ok(i);
+                        }
+                        Err(_) => {
+                            self.stats.send_errors += 1;
+                            break;
+                        }
                     }
                 }
             }
@@ -140,22 +156,13 @@ impl Datapath for StdUdp {
         Ok(txs.len())
     }
 
-    fn recv(
-        &mut self,
-        bufs: &mut [u8],
-        stride: usize,
-        metas: &mut [RxMeta],
-        timeout: Option<Duration>,
-    ) -> io::Result<usize> {
-        let max = metas.len().min(bufs.len() / stride.max(1));
-        if max == 0 {
-            return Ok(0);
-        }
+    fn recv(&mut self, timeout: Option<Duration>) -> io::Result<RxBatch<'_>> {
+        self.rx_metas.clear();
         // First datagram: try without waiting, then wait if allowed. A waker datagram ends
         // the call: the caller has new work.
         let deadline = timeout.map(|t| Instant::now() + t);
         let first = loop {
-            match self.recv_one(&mut bufs[..stride])? {
+            match self.recv_one(0)? {
                 Rx::Empty => {}
                 other => break other,
             }
@@ -171,21 +178,29 @@ impl Datapath for StdUdp {
             }
         };
         let Rx::Got(len, src) = first else {
-            return Ok(0);
+            return Ok(RxBatch::empty());
         };
-        metas[0] = RxMeta { src, len };
-        let mut n = 1;
-        while n < max {
-            match self.recv_one(&mut bufs[n * stride..(n + 1) * stride])? {
+        self.rx_metas.push(RxMeta {
+            src,
+            offset: 0,
+            len,
+        });
+        let mut at = len;
+        while self.rx_metas.len() < RX_BATCH && at + MAX_UDP_PAYLOAD <= self.rx_buf.len() {
+            match self.recv_one(at)? {
                 Rx::Got(len, src) => {
-                    metas[n] = RxMeta { src, len };
-                    n += 1;
+                    self.rx_metas.push(RxMeta {
+                        src,
+                        offset: at,
+                        len,
+                    });
+                    at += len;
                 }
                 Rx::Woken => {}
                 Rx::Empty => break,
             }
         }
-        Ok(n)
+        Ok(RxBatch::new(&self.rx_buf, &self.rx_metas))
     }
 
     fn waker(&self) -> io::Result<Waker> {

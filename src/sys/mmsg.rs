@@ -1,0 +1,1 @@
+//! sendmmsg/recvmmsg with UDP GSO/GRO, and MSG_ZEROCOPY.

@@ -1,0 +1,12 @@
+//! Linux system interfaces the portable standard library does not reach: batched and
+//! segmentation-offloaded UDP (`sendmmsg`/`recvmmsg`, UDP_SEGMENT/UDP_GRO), MSG_ZEROCOPY
+//! completions from the socket error queue, and io_uring.
+//!
+//! This is the only place in the crate allowed `unsafe`; every block states why it is sound
+//! in a `// SAFETY:` comment. Everything above it sees safe types.
+#![allow(unsafe_code)]
+
+#[cfg(target_os = "linux")]
+pub(crate) mod mmsg;
+#[cfg(target_os = "linux")]
+pub(crate) mod uring;
