@@ -38,8 +38,8 @@ pub struct EndpointOptions {
 impl Default for EndpointOptions {
     fn default() -> Self {
         EndpointOptions {
-            // The portable backend; the only one so far.
-            datapath: "std".into(),
+            // The fastest backend the kernel supports.
+            datapath: "auto".into(),
             impairment: None,
             // The engine's default limit.
             max_connections: 1024,
@@ -50,7 +50,8 @@ impl Default for EndpointOptions {
 }
 
 impl EndpointOptions {
-    /// Datagram backend by name. Default "std" (the only one so far).
+    /// Datagram backend by name ([`datapath::open`]). Default "auto": the fastest this kernel
+    /// supports.
     pub fn set_datapath(&mut self, name: &str) -> &mut Self {
         self.datapath = name.to_string();
         self
@@ -154,6 +155,7 @@ pub struct Endpoint {
     thread: Option<JoinHandle<()>>,
     local: SocketAddr,
     registry: CcRegistry,
+    datapath: &'static str,
 }
 
 impl Endpoint {
@@ -165,6 +167,7 @@ impl Endpoint {
             None => dp,
         };
         let local = dp.local_addr()?;
+        let datapath = dp.name();
         let mut cfg = EndpointConfig::default();
         cfg.set_max_connections(opts.max_connections)
             .set_seed(opts.seed.unwrap_or_else(os_seed))
@@ -176,6 +179,7 @@ impl Endpoint {
             thread: Some(thread),
             local,
             registry: opts.registry,
+            datapath,
         })
     }
 
@@ -192,6 +196,11 @@ impl Endpoint {
     /// Datapath counters (socket-level drops, impairment).
     pub fn datapath_stats(&self) -> DatapathStats {
         self.shared.lock().dp_stats
+    }
+
+    /// The datagram backend this endpoint runs on ("gso", "uring", "std", ...).
+    pub fn datapath_name(&self) -> &'static str {
+        self.datapath
     }
 
     fn check_cc(&self, cfg: &ConnConfig) -> io::Result<()> {

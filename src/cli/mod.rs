@@ -55,6 +55,10 @@ struct Common {
     /// rate=100mbit, queue=4m, seed).
     #[arg(long, value_name = "SPEC")]
     netem: Option<String>,
+    /// Datagram backend: "auto" (default: the fastest this kernel supports, see
+    /// `slipstream caps`), or force one of gso, mmsg, uring, uring-zc, msg-zc, std.
+    #[arg(long, value_name = "NAME", default_value = "auto")]
+    datapath: String,
 }
 
 #[derive(Debug, Subcommand)]
@@ -163,7 +167,8 @@ type CliResult = Result<(), String>;
 
 fn endpoint_options(common: &Common, registry: &CcRegistry) -> Result<EndpointOptions, String> {
     let mut o = EndpointOptions::default();
-    o.set_registry(registry.clone());
+    o.set_registry(registry.clone())
+        .set_datapath(&common.datapath);
     if let Some(spec) = &common.netem {
         o.set_impairment(Some(
             Impairment::parse(spec).map_err(|e| format!("--netem: {e}"))?,
@@ -326,7 +331,10 @@ impl Summary<'_> {
             "blake3": self.blake3.as_ref().map(hex),
             "connection": self.conn,
             "endpoint": ep.map(Endpoint::stats),
-            "datapath": ep.map(Endpoint::datapath_stats),
+            "datapath": ep.map(|e| serde_json::json!({
+                "name": e.datapath_name(),
+                "stats": e.datapath_stats(),
+            })),
         });
         let text = serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?;
         std::fs::write(path, text + "\n").map_err(|e| format!("{}: {e}", path.display()))

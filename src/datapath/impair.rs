@@ -221,7 +221,8 @@ fn decode(b: &[u8]) -> Option<SocketAddr> {
 
 impl<D: Datapath> Datapath for Impaired<D> {
     fn name(&self) -> &'static str {
-        "impaired"
+        // The backend that moves the datagrams; the impairment shows in the stats.
+        self.inner.name()
     }
 
     fn local_addr(&self) -> io::Result<SocketAddr> {

@@ -260,7 +260,7 @@ impl Waker {
 /// Opens the datapath named `name` ("std" is the only one so far) bound to `addr`.
 pub fn open(name: &str, addr: SocketAddr) -> io::Result<Box<dyn Datapath>> {
     match name {
-        "std" | "" => Ok(Box::new(StdUdp::bind(addr)?)),
+        "std" | "plain" | "auto" | "" => Ok(Box::new(StdUdp::bind(addr)?)),
         other => Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!("unknown datapath '{other}' (available: std)"),

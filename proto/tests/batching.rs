@@ -1,0 +1,68 @@
+//! A receive burst is answered once: however many data packets (and gaps) one batch of
+//! datagrams holds, the receiver replies with at most one acknowledgement and one loss report
+//! listing every gap. This is what lets a GRO batch of dozens of packets cost one reply.
+
+mod common;
+use common::*;
+use slipstream_proto::sim::Pair;
+use slipstream_proto::wire::{ControlBody, Packet};
+use std::time::Duration;
+
+#[test]
+fn one_burst_gets_one_ack_and_one_nak_with_every_gap() {
+    let s = seed(11);
+    let _g = SeedGuard(s);
+    let mut p = Pair::new(s, path(5, 0.0, None), path(5, 0.0, None));
+    let (ca, cb) = connect(&mut p, file_cfg());
+    // Run a flow until the path holds a full window in flight, then take everything on
+    // the wire at once: that is the burst one receive batch (a GRO batch) would hand over.
+    let payload = p.a.conn(ca).unwrap().payload_size();
+    let data = content(payload * 20_000, s);
+    let mut off = 0;
+    let mut buf = vec![0u8; 65_536];
+    p.run_until(Duration::from_millis(300), |p| {
+        if off < data.len() {
+            off += p.a.conn(ca).unwrap().send(p.now, &data[off..]).unwrap_or(0);
+        }
+        while p.b.conn(cb).unwrap().recv(&mut buf).unwrap_or(0) > 0 {}
+        false
+    });
+    p.flush();
+    let mut burst: Vec<Vec<u8>> = Vec::new();
+    let later = p.now + Duration::from_secs(1);
+    while let Some(n) = p.ab.poll_deliver(later, &mut buf) {
+        if matches!(Packet::parse(&buf[..n]), Ok(Packet::Data(..))) {
+            burst.push(buf[..n].to_vec());
+        }
+    }
+    assert!(burst.len() >= 90, "only {} packets in flight", burst.len());
+
+    // Lose three separate stretches, deliver the rest as one receive batch.
+    let lost = |i: usize| i == 10 || (50..53).contains(&i) || i == 80;
+    let a_addr = p.a_addr;
+    for (i, d) in burst.iter().enumerate() {
+        if !lost(i) {
+            p.b.handle(p.now, a_addr, d);
+        }
+    }
+
+    let (mut acks, mut naks, mut ranges) = (0, 0, Vec::new());
+    while let Some(t) = p.b.poll_transmit(p.now, &mut buf) {
+        if let Ok(Packet::Control(c)) = Packet::parse(&buf[..t.len]) {
+            match c.body {
+                ControlBody::Ack(_) => acks += 1,
+                ControlBody::Nak(r) => {
+                    naks += 1;
+                    ranges.extend(r.iter().map(|(a, b)| (a.get(), b.get())));
+                }
+                _ => {}
+            }
+        }
+    }
+    assert!(acks <= 1, "{acks} acknowledgements for one burst");
+    assert_eq!(naks, 1, "one loss report for the burst");
+    assert_eq!(ranges.len(), 3, "every gap listed: {ranges:?}");
+    let widths: Vec<u32> = ranges.iter().map(|(a, b)| b.wrapping_sub(*a) + 1).collect();
+    assert_eq!(widths, [1, 3, 1]);
+    assert!(p.b.conn(cb).is_some());
+}
