@@ -13,6 +13,41 @@ mod std_udp;
 pub use impair::{Impaired, Impairment};
 pub use std_udp::StdUdp;
 
+/// Socket buffer size asked for, each direction.
+const SOCKET_BUFFER: usize = 64 << 20;
+
+/// A non-blocking UDP socket bound to `addr`, with large buffers: `SO_RCVBUFFORCE` /
+/// `SO_SNDBUFFORCE` where the process may (CAP_NET_ADMIN), else as much as `rmem_max` and
+/// `wmem_max` allow. A receive buffer of a few megabytes holds only milliseconds of a fast
+/// flow of 64 KiB datagrams; every overflow costs a retransmission. A wildcard IPv6 socket
+/// also accepts IPv4-mapped peers, as most servers do.
+pub(crate) fn bind_udp(addr: SocketAddr) -> io::Result<UdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let sock = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if addr.is_ipv6() {
+        let _ = sock.set_only_v6(false);
+    }
+    #[cfg(target_os = "linux")]
+    {
+        use rustix::net::sockopt;
+        if sockopt::set_socket_recv_buffer_size_force(&sock, SOCKET_BUFFER).is_err() {
+            let _ = sock.set_recv_buffer_size(SOCKET_BUFFER);
+        }
+        if sockopt::set_socket_send_buffer_size_force(&sock, SOCKET_BUFFER).is_err() {
+            let _ = sock.set_send_buffer_size(SOCKET_BUFFER);
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = sock.set_recv_buffer_size(SOCKET_BUFFER);
+        let _ = sock.set_send_buffer_size(SOCKET_BUFFER);
+    }
+    sock.bind(&addr.into())?;
+    let sock: UdpSocket = sock.into();
+    sock.set_nonblocking(true)?;
+    Ok(sock)
+}
+
 /// The path MTU the kernel knows for `dst` (IP_MTU / IPV6_MTU on a connected probe socket), or
 /// `None` where the platform does not say. No packet is sent: connecting a UDP socket only
 /// looks up the route.

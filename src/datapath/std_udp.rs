@@ -6,14 +6,11 @@
 
 use super::{Datapath, DatapathStats, RxBatch, RxMeta, Tx, Waker, MAX_UDP_PAYLOAD};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
-use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Socket buffer size asked for, each direction. The kernel may grant less (`rmem_max`).
-const SOCKET_BUFFER: usize = 8 << 20;
 /// Linux `ENOBUFS`.
 const ENOBUFS: i32 = 105;
 /// Datagrams per receive batch.
@@ -35,16 +32,7 @@ pub struct StdUdp {
 impl StdUdp {
     /// Binds `addr` with large socket buffers (silently smaller if the kernel refuses).
     pub fn bind(addr: SocketAddr) -> io::Result<Self> {
-        let sock = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
-        if addr.is_ipv6() {
-            // Accept IPv4-mapped peers on a wildcard IPv6 socket, as most servers do.
-            let _ = sock.set_only_v6(false);
-        }
-        let _ = sock.set_send_buffer_size(SOCKET_BUFFER);
-        let _ = sock.set_recv_buffer_size(SOCKET_BUFFER);
-        sock.bind(&addr.into())?;
-        let sock: UdpSocket = sock.into();
-        sock.set_nonblocking(true)?;
+        let sock = super::bind_udp(addr)?;
         let local = sock.local_addr()?;
         let loopback = match local.ip() {
             IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
