@@ -433,6 +433,7 @@ impl Core {
             0
         };
         let mut cur = Cursor { tx: 0, seg: 0 };
+        let mut retried_at = None;
         while cur.tx < txs.len() {
             let n = self.prepare(buf, txs, cur);
             match self.sendmmsg(n, flags) {
@@ -458,9 +459,13 @@ impl Core {
                             self.stats.send_would_block += 1;
                             self.wait(PollFlags::OUT, None)?;
                         }
-                        libc::ENOBUFS if self.zc.as_ref().is_some_and(|z| z.pending() > 0) => {
+                        libc::ENOBUFS
+                            if retried_at != Some(first.at)
+                                && self.zc.as_ref().is_some_and(|z| z.pending() > 0) =>
+                        {
                             // Likely the optmem or locked-memory limit of zero-copy sends:
-                            // let completions return it, then retry.
+                            // let completions return it, then retry (once per position).
+                            retried_at = Some(first.at);
                             self.settle()?;
                         }
                         libc::ENOBUFS => {
