@@ -1,1 +1,1432 @@
-//! sendmmsg/recvmmsg with UDP GSO/GRO, and MSG_ZEROCOPY.
+//! Batched UDP on Linux: `sendmmsg(2)`/`recvmmsg(2)` with segmentation offload (UDP_SEGMENT
+//! on send, UDP_GRO on receive), and a MSG_ZEROCOPY variant.
+//!
+//! [`Mmsg`] and [`MsgZerocopy`] implement [`Datapath`] with the conventions of the portable
+//! backend: a non-blocking socket, waits with `ppoll(2)` (precise timeouts), a waker that
+//! sends a 0-byte datagram from a separate loopback socket, and every system call counted.
+//!
+//! Calling protocol, as for every datapath:
+//! - `send(buf, txs)`: each [`Tx`] run becomes one message (GSO: the whole run with a
+//!   `UDP_SEGMENT` control message when it holds more than one datagram) or one message per
+//!   datagram (no GSO), the iovecs pointing into `buf` (no copy); up to [`TX_MSGS`] messages
+//!   per `sendmmsg`. A full socket buffer (EAGAIN) is waited out on POLLOUT; ENOBUFS ends
+//!   the call early (the rest is counted lost); other errors skip one message. If the kernel
+//!   refuses GSO (EIO, EINVAL) the datapath counts `degraded`, stops using GSO and resends
+//!   that run datagram by datagram.
+//! - `recv(timeout)`: one `recvmmsg` into [`RX_SLOTS`] slots of [`RX_SLOT`] bytes; a
+//!   coalesced (GRO) datagram is split at its `gso_size` into separate entries of the batch,
+//!   which borrows the slots until the next call.
+//! - [`MsgZerocopy::send`] additionally passes MSG_ZEROCOPY and does not return before the
+//!   kernel has reported every buffer of the call released (error-queue completions), so the
+//!   borrowed `buf` is never read by the kernel after the call.
+//!
+//! All message headers, iovecs, addresses and control buffers are allocated at bind; the
+//! calls themselves do not allocate.
+// The datapath registry (`datapath::open`) wires these in; until then only tests use them.
+#![cfg_attr(not(test), allow(dead_code))]
+
+use super::zerocopy::{Completions, SO_ZEROCOPY};
+use crate::datapath::{Datapath, DatapathStats, RxBatch, RxMeta, Tx, Waker, MAX_UDP_PAYLOAD};
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use serde::Serialize;
+use socket2::{Domain, Protocol, Socket, Type};
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
+use std::os::fd::{AsFd, AsRawFd};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Messages per `sendmmsg` call.
+pub(crate) const TX_MSGS: usize = 64;
+/// Messages per `recvmmsg` call.
+pub(crate) const RX_SLOTS: usize = 64;
+/// Bytes per receive slot: a largest datagram or GRO batch fits.
+pub(crate) const RX_SLOT: usize = 1 << 16;
+/// Datagrams per GSO send offered to the caller (the kernel takes up to 64 or 128).
+pub(crate) const GSO_MAX_SEGMENTS: usize = 64;
+/// Socket buffer size asked for, each direction. The kernel may grant less (`rmem_max`).
+const SOCKET_BUFFER: usize = 8 << 20;
+/// How long a zero-copy send waits for the kernel to release its buffers before giving up
+/// (the pages stay pinned by the kernel, so memory stays sound; only the bytes on the wire
+/// could change if the caller reuses the buffer).
+const ZC_WAIT: Duration = Duration::from_secs(1);
+
+/// What the kernel offers for batched UDP on this machine, found by trying on loopback.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub(crate) struct MmsgCaps {
+    /// `sendmmsg(2)` works.
+    pub sendmmsg: bool,
+    /// A 2-segment UDP_SEGMENT send arrived as 2 datagrams (or one GRO batch).
+    pub gso: bool,
+    /// UDP_GRO can be enabled on a socket.
+    pub gro: bool,
+    /// SO_ZEROCOPY can be enabled on a socket.
+    pub msg_zerocopy: bool,
+    /// Datagrams per GSO send the datapath will use (1 without GSO).
+    pub gso_max_segments: usize,
+}
+
+/// Finds out what the kernel offers, by trying on loopback sockets. Never panics: anything
+/// that fails reads as "not available".
+pub(crate) fn probe() -> MmsgCaps {
+    let lo = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
+    let gro = UdpSocket::bind(lo)
+        .and_then(|s| setsockopt_int(&s, libc::SOL_UDP, libc::UDP_GRO, 1))
+        .is_ok();
+    let msg_zerocopy = UdpSocket::bind(lo)
+        .and_then(|s| setsockopt_int(&s, libc::SOL_SOCKET, SO_ZEROCOPY, 1))
+        .is_ok();
+    let (sendmmsg, gso) = probe_send(lo).unwrap_or((false, false));
+    MmsgCaps {
+        sendmmsg,
+        gso,
+        gro,
+        msg_zerocopy,
+        gso_max_segments: if gso { GSO_MAX_SEGMENTS } else { 1 },
+    }
+}
+
+/// Sends one datagram with `sendmmsg`, then a 2-segment GSO run, between two loopback
+/// datapaths; returns whether each arrived intact.
+fn probe_send(lo: SocketAddr) -> io::Result<(bool, bool)> {
+    let mut a = Mmsg::bind(lo, true)?;
+    let mut b = Mmsg::bind(lo, true)?;
+    let dst = b.local_addr()?;
+    let buf: Vec<u8> = (0..300u16).map(|i| i as u8).collect();
+    let expect_one = |b: &mut Mmsg, want: &[&[u8]]| -> io::Result<bool> {
+        let mut got = 0;
+        let deadline = Instant::now() + Duration::from_millis(500);
+        while got < want.len() {
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                return Ok(false);
+            };
+            for (_, d) in b.recv(Some(left))?.iter() {
+                if want.get(got) != Some(&d) {
+                    return Ok(false);
+                }
+                got += 1;
+            }
+        }
+        Ok(true)
+    };
+    a.send(&buf, &[Tx::single(dst, 0, 100)])?;
+    let sendmmsg = a.stats().sent == 1 && expect_one(&mut b, &[&buf[..100]])?;
+    let run = Tx {
+        dst,
+        offset: 100,
+        len: 200,
+        segment_size: 100,
+    };
+    a.send(&buf, &[run])?;
+    let s = a.stats();
+    let gso = sendmmsg
+        && s.gso_sends == 1
+        && s.degraded == 0
+        && expect_one(&mut b, &[&buf[100..200], &buf[200..300]])?;
+    Ok((sendmmsg, gso))
+}
+
+/// Datapath on `sendmmsg`/`recvmmsg`, with UDP GSO/GRO when asked for.
+#[derive(Debug)]
+pub(crate) struct Mmsg {
+    core: Core,
+}
+
+impl Mmsg {
+    /// Binds `addr`. With `gso`, runs are sent with UDP_SEGMENT and UDP_GRO is enabled on
+    /// receive (silently not, if the kernel refuses it).
+    pub(crate) fn bind(addr: SocketAddr, gso: bool) -> io::Result<Mmsg> {
+        Ok(Mmsg {
+            core: Core::bind(addr, gso, false)?,
+        })
+    }
+
+    /// Makes the next GSO send fail as if the kernel had answered EIO.
+    #[cfg(test)]
+    pub(crate) fn fail_next_gso(&mut self) {
+        self.core.fail_next_gso = true;
+    }
+
+    /// Makes the `sendmmsg` after the next `calls` ones fail with `errno`.
+    #[cfg(test)]
+    pub(crate) fn fail_send(&mut self, calls: usize, errno: libc::c_int) {
+        self.core.fail_send = Some((calls, errno));
+    }
+}
+
+/// Datapath sending with MSG_ZEROCOPY (and GSO), receiving like [`Mmsg`].
+#[derive(Debug)]
+pub(crate) struct MsgZerocopy {
+    core: Core,
+}
+
+impl MsgZerocopy {
+    /// Binds `addr` with SO_ZEROCOPY; fails if the kernel does not support it.
+    pub(crate) fn bind(addr: SocketAddr) -> io::Result<MsgZerocopy> {
+        Ok(MsgZerocopy {
+            core: Core::bind(addr, true, true)?,
+        })
+    }
+}
+
+macro_rules! forward_datapath {
+    ($ty:ty, $name:expr) => {
+        impl Datapath for $ty {
+            fn name(&self) -> &'static str {
+                $name(&self.core)
+            }
+            fn local_addr(&self) -> io::Result<SocketAddr> {
+                self.core.sock.local_addr()
+            }
+            fn max_segments(&self) -> usize {
+                if self.core.gso {
+                    GSO_MAX_SEGMENTS
+                } else {
+                    1
+                }
+            }
+            fn send(&mut self, buf: &[u8], txs: &[Tx]) -> io::Result<usize> {
+                self.core.send(buf, txs)
+            }
+            fn recv(&mut self, timeout: Option<Duration>) -> io::Result<RxBatch<'_>> {
+                self.core.recv(timeout)
+            }
+            fn waker(&self) -> io::Result<Waker> {
+                self.core.waker()
+            }
+            fn stats(&self) -> DatapathStats {
+                self.core.stats
+            }
+        }
+    };
+}
+
+forward_datapath!(Mmsg, |c: &Core| if c.gso { "gso" } else { "mmsg" });
+forward_datapath!(MsgZerocopy, |_: &Core| "msg-zc");
+
+/// The socket, its waker, the pre-allocated message arrays and the counters.
+#[derive(Debug)]
+struct Core {
+    sock: UdpSocket,
+    v6: bool,
+    waker_sock: Arc<UdpSocket>,
+    waker_addr: SocketAddr,
+    /// Runs go out as one UDP_SEGMENT message (until the kernel refuses).
+    gso: bool,
+    /// Zero-copy accounting, for MSG_ZEROCOPY sends.
+    zc: Option<Completions>,
+    stats: DatapathStats,
+    tx: TxArrays,
+    rx: RxArrays,
+    rx_metas: Vec<RxMeta>,
+    #[cfg(test)]
+    fail_next_gso: bool,
+    /// Makes a later `sendmmsg` fail: after this many calls, with this errno.
+    #[cfg(test)]
+    fail_send: Option<(usize, libc::c_int)>,
+}
+
+/// Where a send is in its runs: run `tx`, datagram `seg` of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Cursor {
+    tx: usize,
+    seg: usize,
+}
+
+/// What one prepared message carries.
+#[derive(Debug, Clone, Copy)]
+struct Msg {
+    /// Position of its first datagram.
+    at: Cursor,
+    /// Position after it.
+    next: Cursor,
+    /// Datagrams in it.
+    datagrams: usize,
+}
+
+/// A control-message buffer, aligned for `cmsghdr`.
+#[derive(Clone, Copy)]
+#[repr(C, align(8))]
+struct Ctrl([u8; 64]);
+
+/// A socket address in kernel layout (`sockaddr_in` or `sockaddr_in6`).
+#[derive(Clone, Copy)]
+#[repr(C, align(8))]
+struct RawAddr([u8; 28]);
+
+/// Send-side arrays: header `i` points at `iovs[i]`, `addrs[i]` and `ctrls[i]`.
+struct TxArrays {
+    hdrs: Vec<libc::mmsghdr>,
+    iovs: Vec<libc::iovec>,
+    addrs: Vec<RawAddr>,
+    ctrls: Vec<Ctrl>,
+    msgs: Vec<Msg>,
+}
+
+/// Receive-side arrays: header `i` receives into `buf[i * RX_SLOT..]`.
+struct RxArrays {
+    hdrs: Vec<libc::mmsghdr>,
+    iovs: Vec<libc::iovec>,
+    addrs: Vec<RawAddr>,
+    ctrls: Vec<Ctrl>,
+    buf: Vec<u8>,
+}
+
+// SAFETY: the raw pointers in the headers and iovecs point only into buffers owned by the
+// same struct (heap allocations that move with it) or, during one `send` call, into the
+// caller's buffer; they are rewritten before every system call and never dereferenced by
+// this code, so moving the arrays to another thread is sound.
+unsafe impl Send for TxArrays {}
+// SAFETY: as for `TxArrays`: the pointers target the struct's own heap buffers only.
+unsafe impl Send for RxArrays {}
+
+impl std::fmt::Debug for TxArrays {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TxArrays({} messages)", self.hdrs.len())
+    }
+}
+
+impl std::fmt::Debug for RxArrays {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RxArrays({} x {} bytes)", self.hdrs.len(), RX_SLOT)
+    }
+}
+
+fn zeroed_mmsghdr() -> libc::mmsghdr {
+    // SAFETY: mmsghdr is a plain C struct; all-zero (null pointers, zero lengths) is valid.
+    unsafe { std::mem::zeroed() }
+}
+
+fn empty_iovec() -> libc::iovec {
+    libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }
+}
+
+/// Sets an integer socket option.
+fn setsockopt_int(
+    sock: &impl AsFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    val: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: `val` is a live c_int and its size is passed; the fd is open (borrowed).
+    let r = unsafe {
+        libc::setsockopt(
+            sock.as_fd().as_raw_fd(),
+            level,
+            name,
+            (&val as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+impl Core {
+    fn bind(addr: SocketAddr, gso: bool, zerocopy: bool) -> io::Result<Core> {
+        let sock = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+        if addr.is_ipv6() {
+            // Accept IPv4-mapped peers on a wildcard IPv6 socket, as most servers do.
+            let _ = sock.set_only_v6(false);
+        }
+        let _ = sock.set_send_buffer_size(SOCKET_BUFFER);
+        let _ = sock.set_recv_buffer_size(SOCKET_BUFFER);
+        sock.bind(&addr.into())?;
+        let sock: UdpSocket = sock.into();
+        sock.set_nonblocking(true)?;
+        if gso {
+            // Without GRO the kernel splits incoming GSO batches itself: slower, still correct.
+            let _ = setsockopt_int(&sock, libc::SOL_UDP, libc::UDP_GRO, 1);
+        }
+        let zc = if zerocopy {
+            setsockopt_int(&sock, libc::SOL_SOCKET, SO_ZEROCOPY, 1)?;
+            Some(Completions::default())
+        } else {
+            None
+        };
+        let local = sock.local_addr()?;
+        let loopback = match local.ip() {
+            IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+            ip => ip,
+        };
+        let waker_sock = UdpSocket::bind(SocketAddr::new(loopback, 0))?;
+        let waker_addr = waker_sock.local_addr()?;
+        Ok(Core {
+            sock,
+            v6: local.is_ipv6(),
+            waker_sock: Arc::new(waker_sock),
+            waker_addr,
+            gso,
+            zc,
+            stats: DatapathStats::default(),
+            tx: TxArrays {
+                hdrs: vec![zeroed_mmsghdr(); TX_MSGS],
+                iovs: vec![empty_iovec(); TX_MSGS],
+                addrs: vec![RawAddr([0; 28]); TX_MSGS],
+                ctrls: vec![Ctrl([0; 64]); TX_MSGS],
+                msgs: Vec::with_capacity(TX_MSGS),
+            },
+            rx: RxArrays {
+                hdrs: vec![zeroed_mmsghdr(); RX_SLOTS],
+                iovs: vec![empty_iovec(); RX_SLOTS],
+                addrs: vec![RawAddr([0; 28]); RX_SLOTS],
+                ctrls: vec![Ctrl([0; 64]); RX_SLOTS],
+                buf: vec![0; RX_SLOTS * RX_SLOT],
+            },
+            // A GRO batch of RX_SLOT bytes splits into at most RX_SLOT datagrams of 1 byte;
+            // more than a few per slot is rare, so start with room for 64 per slot.
+            rx_metas: Vec::with_capacity(RX_SLOTS * 64),
+            #[cfg(test)]
+            fail_next_gso: false,
+            #[cfg(test)]
+            fail_send: None,
+        })
+    }
+
+    fn waker(&self) -> io::Result<Waker> {
+        let local = self.sock.local_addr()?;
+        let target = SocketAddr::new(self.waker_addr.ip(), local.port());
+        Ok(Waker::new(self.waker_sock.clone(), target))
+    }
+
+    /// Waits for `flags` on the socket, at most `timeout`. Returns the events (empty on
+    /// timeout; POLLERR is reported whatever `flags` says).
+    fn wait(&mut self, flags: PollFlags, timeout: Option<Duration>) -> io::Result<PollFlags> {
+        let ts = timeout.map(|t| Timespec {
+            tv_sec: t.as_secs() as _,
+            tv_nsec: t.subsec_nanos() as _,
+        });
+        let mut fds = [PollFd::new(&self.sock, flags)];
+        self.stats.syscalls += 1;
+        match poll(&mut fds, ts.as_ref()) {
+            Ok(0) => Ok(PollFlags::empty()),
+            Ok(_) => Ok(fds[0].revents()),
+            Err(rustix::io::Errno::INTR) => Ok(flags),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    // ---- send ----
+
+    fn send(&mut self, buf: &[u8], txs: &[Tx]) -> io::Result<usize> {
+        // The kernel reads these bytes through raw pointers: check every run lies in `buf`.
+        if txs.iter().any(|t| {
+            t.offset
+                .checked_add(t.len)
+                .is_none_or(|end| end > buf.len())
+        }) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "transmit run outside the buffer",
+            ));
+        }
+        let flags = if self.zc.is_some() {
+            libc::MSG_ZEROCOPY
+        } else {
+            0
+        };
+        let mut cur = Cursor { tx: 0, seg: 0 };
+        let mut retried_at = None;
+        while cur.tx < txs.len() {
+            let n = self.prepare(buf, txs, cur);
+            match self.sendmmsg(n, flags) {
+                Ok(k) => {
+                    for m in &self.tx.msgs[..k] {
+                        self.stats.sent += m.datagrams as u64;
+                        if m.datagrams > 1 {
+                            self.stats.gso_sends += 1;
+                        }
+                    }
+                    if let Some(zc) = &mut self.zc {
+                        // Every message takes a notification id, even an empty one.
+                        zc.issue(k as u64);
+                    }
+                    cur = self.tx.msgs[k - 1].next;
+                }
+                Err(e) => {
+                    let first = self.tx.msgs[0];
+                    match e {
+                        libc::EINTR => {}
+                        libc::EAGAIN => {
+                            // A full socket buffer is back-pressure: wait for room.
+                            self.stats.send_would_block += 1;
+                            self.wait(PollFlags::OUT, None)?;
+                        }
+                        libc::ENOBUFS
+                            if retried_at != Some(first.at)
+                                && self.zc.as_ref().is_some_and(|z| z.pending() > 0) =>
+                        {
+                            // Likely the optmem or locked-memory limit of zero-copy sends:
+                            // let completions return it, then retry (once per position).
+                            retried_at = Some(first.at);
+                            self.settle()?;
+                        }
+                        libc::ENOBUFS => {
+                            let rest = datagrams_from(txs, first.at);
+                            self.stats.send_nobufs += rest as u64;
+                            self.settle()?;
+                            return Ok(first.at.tx);
+                        }
+                        libc::EIO | libc::EINVAL if first.datagrams > 1 => {
+                            // The kernel refuses segmentation offload (no checksum offload
+                            // on the route, ...) or the destination itself: the first datagram
+                            // alone tells which.
+                            cur = self.retry_without_gso(buf, txs, first);
+                        }
+                        _ => {
+                            self.stats.send_errors += first.datagrams as u64;
+                            cur = first.next;
+                        }
+                    }
+                }
+            }
+        }
+        self.settle()?;
+        Ok(txs.len())
+    }
+
+    /// After a GSO send of `failed` was refused with EIO or EINVAL: sends its first datagram
+    /// alone. If that goes, GSO was the problem: it is given up for good (counted in
+    /// `degraded`) and the send continues datagram by datagram. If not, the run itself is
+    /// bad: it is counted in `send_errors` and skipped, and GSO stays. Returns where to go on.
+    fn retry_without_gso(&mut self, buf: &[u8], txs: &[Tx], failed: Msg) -> Cursor {
+        self.gso = false;
+        self.prepare(buf, txs, failed.at);
+        let flags = if self.zc.is_some() {
+            libc::MSG_ZEROCOPY
+        } else {
+            0
+        };
+        loop {
+            match self.sendmmsg(1, flags) {
+                Ok(_) => {
+                    let m = self.tx.msgs[0];
+                    self.stats.sent += 1;
+                    if let Some(zc) = &mut self.zc {
+                        zc.issue(1);
+                    }
+                    self.stats.degraded += 1;
+                    return m.next;
+                }
+                Err(libc::EINTR) => {}
+                Err(_) => {
+                    self.gso = true;
+                    self.stats.send_errors += failed.datagrams as u64;
+                    return failed.next;
+                }
+            }
+        }
+    }
+
+    /// Fills the send headers from `cur` on; returns how many.
+    fn prepare(&mut self, buf: &[u8], txs: &[Tx], mut cur: Cursor) -> usize {
+        let t = &mut self.tx;
+        t.msgs.clear();
+        while t.msgs.len() < TX_MSGS && cur.tx < txs.len() {
+            let tx = &txs[cur.tx];
+            let seg = tx.segment_size.max(1);
+            let total = tx.datagrams();
+            let count = if self.gso {
+                (total - cur.seg)
+                    .min(GSO_MAX_SEGMENTS)
+                    .min((MAX_UDP_PAYLOAD / seg).max(1))
+            } else {
+                1
+            };
+            let start = tx.offset + (cur.seg * seg).min(tx.len);
+            let end = (start + count * seg).min(tx.offset + tx.len);
+            let next = if cur.seg + count >= total {
+                Cursor {
+                    tx: cur.tx + 1,
+                    seg: 0,
+                }
+            } else {
+                Cursor {
+                    tx: cur.tx,
+                    seg: cur.seg + count,
+                }
+            };
+            let i = t.msgs.len();
+            t.iovs[i] = libc::iovec {
+                // The kernel only reads through this pointer (sendmsg never writes the
+                // payload); the range was checked to lie in `buf`.
+                iov_base: buf[start..end].as_ptr() as *mut libc::c_void,
+                iov_len: end - start,
+            };
+            let namelen = encode_addr(tx.dst, self.v6, &mut t.addrs[i]);
+            let h = &mut t.hdrs[i];
+            h.msg_len = 0;
+            h.msg_hdr.msg_name = t.addrs[i].0.as_mut_ptr().cast();
+            h.msg_hdr.msg_namelen = namelen;
+            h.msg_hdr.msg_iov = &mut t.iovs[i];
+            h.msg_hdr.msg_iovlen = 1;
+            h.msg_hdr.msg_flags = 0;
+            if count > 1 {
+                let len = write_cmsg(
+                    &mut t.ctrls[i].0,
+                    libc::SOL_UDP,
+                    libc::UDP_SEGMENT,
+                    &(seg as u16).to_ne_bytes(),
+                );
+                h.msg_hdr.msg_control = t.ctrls[i].0.as_mut_ptr().cast();
+                h.msg_hdr.msg_controllen = len as _;
+            } else {
+                h.msg_hdr.msg_control = std::ptr::null_mut();
+                h.msg_hdr.msg_controllen = 0;
+            }
+            t.msgs.push(Msg {
+                at: cur,
+                next,
+                datagrams: count,
+            });
+            cur = next;
+        }
+        t.msgs.len()
+    }
+
+    /// One `sendmmsg` of the first `n` prepared headers: how many went, or the errno of the
+    /// first one (the kernel reports later errors by stopping before them).
+    fn sendmmsg(&mut self, n: usize, flags: libc::c_int) -> Result<usize, libc::c_int> {
+        #[allow(unused_mut)]
+        let mut n = n;
+        #[cfg(test)]
+        if self.fail_next_gso {
+            match self.tx.msgs[..n].iter().position(|m| m.datagrams > 1) {
+                Some(0) => {
+                    self.fail_next_gso = false;
+                    return Err(libc::EIO);
+                }
+                Some(j) => n = j,
+                None => {}
+            }
+        }
+        #[cfg(test)]
+        match &mut self.fail_send {
+            Some((0, e)) => {
+                let e = *e;
+                self.fail_send = None;
+                return Err(e);
+            }
+            Some((calls, _)) => *calls -= 1,
+            None => {}
+        }
+        self.stats.syscalls += 1;
+        // SAFETY: the first `n` headers were filled by `prepare` for this call: names point at
+        // `self.tx.addrs`, iovecs at `self.tx.iovs` (which point into the caller's buffer,
+        // borrowed for the whole `send`), control at `self.tx.ctrls`, all with their lengths.
+        let r = unsafe {
+            libc::sendmmsg(
+                self.sock.as_raw_fd(),
+                self.tx.hdrs.as_mut_ptr(),
+                n as libc::c_uint,
+                flags,
+            )
+        };
+        if r > 0 {
+            Ok(r as usize)
+        } else if r == 0 {
+            // Not expected for n > 0; treat like a transient failure of the first message.
+            Err(libc::EAGAIN)
+        } else {
+            Err(io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO))
+        }
+    }
+
+    /// For zero-copy sends: waits until the kernel has released every buffer it was given
+    /// (bounded by [`ZC_WAIT`]). Does nothing otherwise.
+    fn settle(&mut self) -> io::Result<()> {
+        let Some(mut zc) = self.zc.take() else {
+            return Ok(());
+        };
+        let deadline = Instant::now() + ZC_WAIT;
+        let r = loop {
+            if let Err(e) = zc.drain(self.sock.as_fd(), &mut self.stats) {
+                break Err(e);
+            }
+            if zc.pending() == 0 {
+                break Ok(());
+            }
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                // The kernel holds the pages pinned; later calls keep waiting for them.
+                break Ok(());
+            };
+            if let Err(e) = self.wait(PollFlags::empty(), Some(left)) {
+                break Err(e);
+            }
+        };
+        self.zc = Some(zc);
+        r
+    }
+
+    // ---- receive ----
+
+    fn recv(&mut self, timeout: Option<Duration>) -> io::Result<RxBatch<'_>> {
+        self.rx_metas.clear();
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            match self.recvmmsg() {
+                Ok(n) => {
+                    if self.unpack(n) || !self.rx_metas.is_empty() {
+                        break;
+                    }
+                    // Only truncated or ignored messages: look again.
+                    continue;
+                }
+                Err(libc::EAGAIN) => {}
+                Err(libc::EINTR) => continue,
+                // ICMP errors surface on a later call; they concern some earlier send.
+                Err(
+                    libc::ECONNREFUSED | libc::ECONNRESET | libc::EHOSTUNREACH | libc::ENETUNREACH,
+                ) => {
+                    self.stats.recv_errors += 1;
+                    continue;
+                }
+                Err(e) => return Err(io::Error::from_raw_os_error(e)),
+            }
+            let wait = match deadline {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(w) if !w.is_zero() => Some(w),
+                    _ => break,
+                },
+                None => None,
+            };
+            let ev = self.wait(PollFlags::IN, wait)?;
+            if ev.is_empty() {
+                break;
+            }
+            if ev.contains(PollFlags::ERR) && !ev.contains(PollFlags::IN) {
+                // Late zero-copy completions (or other error-queue entries): consume them.
+                match &mut self.zc {
+                    Some(zc) => zc.drain(self.sock.as_fd(), &mut self.stats)?,
+                    None => Completions::default().drain(self.sock.as_fd(), &mut self.stats)?,
+                }
+            }
+        }
+        Ok(RxBatch::new(&self.rx.buf, &self.rx_metas))
+    }
+
+    /// One non-blocking `recvmmsg` into all slots: how many messages, or the errno.
+    fn recvmmsg(&mut self) -> Result<usize, libc::c_int> {
+        let r = &mut self.rx;
+        for i in 0..RX_SLOTS {
+            r.iovs[i] = libc::iovec {
+                iov_base: r.buf[i * RX_SLOT..].as_mut_ptr().cast(),
+                iov_len: RX_SLOT,
+            };
+            let h = &mut r.hdrs[i];
+            h.msg_len = 0;
+            h.msg_hdr.msg_name = r.addrs[i].0.as_mut_ptr().cast();
+            h.msg_hdr.msg_namelen = r.addrs[i].0.len() as libc::socklen_t;
+            h.msg_hdr.msg_iov = &mut r.iovs[i];
+            h.msg_hdr.msg_iovlen = 1;
+            h.msg_hdr.msg_control = r.ctrls[i].0.as_mut_ptr().cast();
+            h.msg_hdr.msg_controllen = r.ctrls[i].0.len() as _;
+            h.msg_hdr.msg_flags = 0;
+        }
+        self.stats.syscalls += 1;
+        // SAFETY: every header points at its own slot of `self.rx.buf` (RX_SLOT bytes each),
+        // address buffer and control buffer, with their true lengths; all live in `self.rx`
+        // and are not otherwise borrowed during the call.
+        let n = unsafe {
+            libc::recvmmsg(
+                self.sock.as_raw_fd(),
+                r.hdrs.as_mut_ptr(),
+                RX_SLOTS as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if n >= 0 {
+            Ok(n as usize)
+        } else {
+            Err(io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO))
+        }
+    }
+
+    /// Turns `n` received messages into batch entries, splitting GRO batches. Returns
+    /// whether a waker datagram was among them.
+    fn unpack(&mut self, n: usize) -> bool {
+        let mut woken = false;
+        for i in 0..n {
+            let h = &self.rx.hdrs[i];
+            let len = h.msg_len as usize;
+            let Some(src) =
+                decode_addr(&self.rx.addrs[i].0[..(h.msg_hdr.msg_namelen as usize).min(28)])
+            else {
+                self.stats.recv_errors += 1;
+                continue;
+            };
+            if h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+                self.stats.recv_errors += 1;
+                continue;
+            }
+            if len == 0 && src == self.waker_addr {
+                woken = true;
+                continue;
+            }
+            let ctrl_len = controllen(&h.msg_hdr).min(64);
+            let gso = cmsgs(&self.rx.ctrls[i].0[..ctrl_len])
+                .find(|&(level, ty, _)| level == libc::SOL_UDP && ty == libc::UDP_GRO)
+                .and_then(|(_, _, d)| Some(i32::from_ne_bytes(d.get(..4)?.try_into().ok()?)))
+                .filter(|&g| g > 0)
+                .map(|g| g as usize);
+            let base = i * RX_SLOT;
+            match gso {
+                Some(g) if len > g => {
+                    self.stats.gro_batches += 1;
+                    let mut at = 0;
+                    while at < len {
+                        let l = g.min(len - at);
+                        self.rx_metas.push(RxMeta {
+                            src,
+                            offset: base + at,
+                            len: l,
+                        });
+                        self.stats.received += 1;
+                        at += l;
+                    }
+                }
+                _ => {
+                    self.rx_metas.push(RxMeta {
+                        src,
+                        offset: base,
+                        len,
+                    });
+                    self.stats.received += 1;
+                }
+            }
+        }
+        woken
+    }
+}
+
+/// The control bytes the kernel returned (`msg_controllen` is a `size_t` on glibc, a
+/// `socklen_t` on musl).
+#[allow(clippy::unnecessary_cast)]
+pub(super) fn controllen(h: &libc::msghdr) -> usize {
+    h.msg_controllen as usize
+}
+
+/// Datagrams of `txs` from `at` on.
+fn datagrams_from(txs: &[Tx], at: Cursor) -> usize {
+    txs.get(at.tx)
+        .map_or(0, |t| t.datagrams().saturating_sub(at.seg))
+        + txs.iter().skip(at.tx + 1).map(Tx::datagrams).sum::<usize>()
+}
+
+/// The kernel's `cmsghdr`: `cmsg_len` (a `size_t`), `cmsg_level`, `cmsg_type`; fields are
+/// aligned to `size_t` (`CMSG_ALIGN`).
+const CMSG_LEN_FIELD: usize = std::mem::size_of::<usize>();
+const CMSG_HDR: usize = CMSG_LEN_FIELD + 8;
+const CMSG_ALIGN: usize = std::mem::size_of::<usize>();
+
+fn cmsg_align(n: usize) -> usize {
+    n.div_ceil(CMSG_ALIGN) * CMSG_ALIGN
+}
+
+/// Writes one control message at the start of `buf`; returns its space (`CMSG_SPACE`).
+fn write_cmsg(buf: &mut [u8], level: libc::c_int, ty: libc::c_int, data: &[u8]) -> usize {
+    let len = CMSG_HDR + data.len();
+    let space = CMSG_HDR + cmsg_align(data.len());
+    buf[..space].fill(0);
+    buf[..CMSG_LEN_FIELD].copy_from_slice(&len.to_ne_bytes());
+    buf[CMSG_LEN_FIELD..CMSG_LEN_FIELD + 4].copy_from_slice(&level.to_ne_bytes());
+    buf[CMSG_LEN_FIELD + 4..CMSG_HDR].copy_from_slice(&ty.to_ne_bytes());
+    buf[CMSG_HDR..len].copy_from_slice(data);
+    space
+}
+
+/// The control messages in `buf` (as returned in `msg_control`): level, type and data.
+pub(super) fn cmsgs(buf: &[u8]) -> impl Iterator<Item = (i32, i32, &[u8])> {
+    let mut at = 0usize;
+    std::iter::from_fn(move || {
+        let h = buf.get(at..at.checked_add(CMSG_HDR)?)?;
+        let len = usize::from_ne_bytes(h[..CMSG_LEN_FIELD].try_into().ok()?);
+        if len < CMSG_HDR || len > buf.len() - at {
+            return None;
+        }
+        let level = i32::from_ne_bytes(h[CMSG_LEN_FIELD..CMSG_LEN_FIELD + 4].try_into().ok()?);
+        let ty = i32::from_ne_bytes(h[CMSG_LEN_FIELD + 4..CMSG_HDR].try_into().ok()?);
+        let data = &buf[at + CMSG_HDR..at + len];
+        at += cmsg_align(len);
+        Some((level, ty, data))
+    })
+}
+
+/// Writes `addr` as a `sockaddr_in` (or `sockaddr_in6`, IPv4 mapped, on an IPv6 socket) into
+/// `out`; returns its length.
+fn encode_addr(addr: SocketAddr, v6_socket: bool, out: &mut RawAddr) -> libc::socklen_t {
+    let b = &mut out.0;
+    b.fill(0);
+    let v6 = match addr {
+        SocketAddr::V4(a) if !v6_socket => {
+            b[..2].copy_from_slice(&(libc::AF_INET as u16).to_ne_bytes());
+            b[2..4].copy_from_slice(&a.port().to_be_bytes());
+            b[4..8].copy_from_slice(&a.ip().octets());
+            return 16;
+        }
+        SocketAddr::V4(a) => SocketAddrV6::new(a.ip().to_ipv6_mapped(), a.port(), 0, 0),
+        SocketAddr::V6(a) => a,
+    };
+    b[..2].copy_from_slice(&(libc::AF_INET6 as u16).to_ne_bytes());
+    b[2..4].copy_from_slice(&v6.port().to_be_bytes());
+    b[4..8].copy_from_slice(&v6.flowinfo().to_be_bytes());
+    b[8..24].copy_from_slice(&v6.ip().octets());
+    b[24..28].copy_from_slice(&v6.scope_id().to_ne_bytes());
+    28
+}
+
+/// Reads a `sockaddr_in` or `sockaddr_in6`.
+fn decode_addr(b: &[u8]) -> Option<SocketAddr> {
+    let family = u16::from_ne_bytes(b.get(..2)?.try_into().ok()?);
+    let port = u16::from_be_bytes(b.get(2..4)?.try_into().ok()?);
+    if family == libc::AF_INET as u16 {
+        let ip: [u8; 4] = b.get(4..8)?.try_into().ok()?;
+        Some(SocketAddrV4::new(ip.into(), port).into())
+    } else if family == libc::AF_INET6 as u16 {
+        let flow = u32::from_be_bytes(b.get(4..8)?.try_into().ok()?);
+        let ip: [u8; 16] = b.get(8..24)?.try_into().ok()?;
+        let scope = u32::from_ne_bytes(b.get(24..28)?.try_into().ok()?);
+        Some(SocketAddrV6::new(ip.into(), port, flow, scope).into())
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lo() -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, 0))
+    }
+
+    /// A buffer whose every byte differs from its neighbours' pattern, so a misplaced
+    /// boundary shows.
+    fn pattern(n: usize) -> Vec<u8> {
+        (0..n).map(|i| (i * 7 + i / 251) as u8).collect()
+    }
+
+    /// Receives until `n` datagrams arrived or 1 s passed.
+    fn collect(rx: &mut impl Datapath, n: usize) -> Vec<(SocketAddr, Vec<u8>)> {
+        let mut out = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while out.len() < n {
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                break;
+            };
+            let batch = rx.recv(Some(left)).expect("recv");
+            out.extend(batch.iter().map(|(s, d)| (s, d.to_vec())));
+        }
+        out
+    }
+
+    /// Runs of several shapes: a single datagram, full runs, a run with a short last
+    /// datagram, 1-byte datagrams, a largest GSO run of 1472-byte datagrams.
+    fn runs(dst: SocketAddr) -> (Vec<u8>, Vec<Tx>) {
+        let shapes = [
+            (1000, 1000),
+            (1472 * 3, 1472),
+            (1200 * 4 + 17, 1200),
+            (5, 1),
+            (1472 * 44, 1472),
+            (300, 300),
+        ];
+        let total = shapes.iter().map(|s| s.0).sum();
+        let mut txs = Vec::new();
+        let mut at = 0;
+        for (len, seg) in shapes {
+            txs.push(Tx {
+                dst,
+                offset: at,
+                len,
+                segment_size: seg,
+            });
+            at += len;
+        }
+        (pattern(total), txs)
+    }
+
+    fn expected(buf: &[u8], txs: &[Tx]) -> Vec<Vec<u8>> {
+        txs.iter()
+            .flat_map(|t| t.segments())
+            .map(|r| buf[r].to_vec())
+            .collect()
+    }
+
+    fn round_trip(gso: bool) {
+        let mut a = Mmsg::bind(lo(), gso).unwrap();
+        let mut b = Mmsg::bind(lo(), gso).unwrap();
+        let (buf, txs) = runs(b.local_addr().unwrap());
+        assert_eq!(a.send(&buf, &txs).unwrap(), txs.len());
+        let want = expected(&buf, &txs);
+        let got = collect(&mut b, want.len());
+        let from = a.local_addr().unwrap();
+        assert!(got.iter().all(|(s, _)| *s == from));
+        let got: Vec<Vec<u8>> = got.into_iter().map(|(_, d)| d).collect();
+        assert_eq!(got, want);
+        let (sa, sb) = (a.stats(), b.stats());
+        assert_eq!(sa.sent, want.len() as u64);
+        assert_eq!(sb.received, want.len() as u64);
+        assert_eq!(sa.send_errors + sa.send_nobufs + sa.degraded, 0);
+        if gso {
+            assert_eq!(a.name(), "gso");
+            assert_eq!(a.max_segments(), GSO_MAX_SEGMENTS);
+            assert_eq!(sa.gso_sends, 4);
+            assert_eq!(sa.syscalls, 1, "one sendmmsg for the whole batch");
+            // Loopback hands GSO batches to a GRO socket unsplit: the datapath splits them.
+            assert!(sb.gro_batches >= 1, "{sb:?}");
+        } else {
+            assert_eq!(a.name(), "mmsg");
+            assert_eq!(a.max_segments(), 1);
+            assert_eq!(sa.gso_sends, 0);
+            assert_eq!(sb.gro_batches, 0);
+            // 1 + 3 + 5 + 5 + 44 + 1 = 59 datagrams: one sendmmsg.
+            assert_eq!(sa.syscalls, 1);
+        }
+    }
+
+    #[test]
+    fn round_trip_with_gso() {
+        round_trip(true);
+    }
+
+    #[test]
+    fn round_trip_without_gso() {
+        round_trip(false);
+    }
+
+    #[test]
+    fn gso_sender_plain_receiver() {
+        // The kernel segments the batch for a socket without GRO.
+        let mut a = Mmsg::bind(lo(), true).unwrap();
+        let mut b = Mmsg::bind(lo(), false).unwrap();
+        let (buf, txs) = runs(b.local_addr().unwrap());
+        a.send(&buf, &txs).unwrap();
+        let want = expected(&buf, &txs);
+        let got: Vec<Vec<u8>> = collect(&mut b, want.len())
+            .into_iter()
+            .map(|(_, d)| d)
+            .collect();
+        assert_eq!(got, want);
+        assert_eq!(b.stats().gro_batches, 0);
+    }
+
+    #[test]
+    fn big_batch_is_few_syscalls() {
+        // 64 runs of 44 x 1472 B: 2,816 datagrams in 64 GSO sends, one sendmmsg.
+        let mut a = Mmsg::bind(lo(), true).unwrap();
+        let b = Mmsg::bind(lo(), true).unwrap();
+        let dst = b.local_addr().unwrap();
+        let run = 1472 * 44;
+        let buf = pattern(run * 64);
+        let txs: Vec<Tx> = (0..64)
+            .map(|i| Tx {
+                dst,
+                offset: i * run,
+                len: run,
+                segment_size: 1472,
+            })
+            .collect();
+        assert_eq!(a.send(&buf, &txs).unwrap(), 64);
+        let s = a.stats();
+        assert_eq!(s.gso_sends, 64);
+        assert_eq!(s.sent, 64 * 44);
+        assert!(s.syscalls <= 1 + s.send_would_block * 2, "{s:?}");
+    }
+
+    #[test]
+    fn more_runs_than_headers_are_chunked() {
+        let mut a = Mmsg::bind(lo(), false).unwrap();
+        let mut b = Mmsg::bind(lo(), false).unwrap();
+        let dst = b.local_addr().unwrap();
+        let buf = pattern(200 * 100);
+        let txs: Vec<Tx> = (0..200).map(|i| Tx::single(dst, i * 100, 100)).collect();
+        assert_eq!(a.send(&buf, &txs).unwrap(), 200);
+        assert_eq!(a.stats().syscalls, 200usize.div_ceil(TX_MSGS) as u64);
+        let got = collect(&mut b, 200);
+        assert_eq!(got.len(), 200);
+        assert!(got
+            .iter()
+            .enumerate()
+            .all(|(i, (_, d))| d[..] == buf[i * 100..][..100]));
+    }
+
+    #[test]
+    fn refused_gso_falls_back_to_single_datagrams() {
+        let mut a = Mmsg::bind(lo(), true).unwrap();
+        let mut b = Mmsg::bind(lo(), true).unwrap();
+        let (buf, txs) = runs(b.local_addr().unwrap());
+        a.fail_next_gso();
+        assert_eq!(a.send(&buf, &txs).unwrap(), txs.len());
+        let want = expected(&buf, &txs);
+        let got: Vec<Vec<u8>> = collect(&mut b, want.len())
+            .into_iter()
+            .map(|(_, d)| d)
+            .collect();
+        assert_eq!(got, want, "nothing lost in the fallback");
+        let s = a.stats();
+        assert_eq!(s.degraded, 1);
+        assert_eq!(s.sent, want.len() as u64);
+        assert_eq!(
+            s.gso_sends, 0,
+            "the first run (a single) went before the refusal"
+        );
+        assert_eq!(a.max_segments(), 1);
+        assert_eq!(a.name(), "mmsg");
+        assert_eq!(b.stats().gro_batches, 0);
+    }
+
+    #[test]
+    fn a_bad_destination_is_skipped_not_blamed_on_gso() {
+        // Port 0 is refused (EINVAL) whatever the segmentation: counted, skipped, GSO kept.
+        let mut a = Mmsg::bind(lo(), true).unwrap();
+        let mut b = Mmsg::bind(lo(), true).unwrap();
+        let dst = b.local_addr().unwrap();
+        let bad = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
+        let buf = pattern(3000);
+        let txs = [
+            Tx::single(dst, 0, 500),
+            Tx {
+                dst: bad,
+                offset: 500,
+                len: 1000,
+                segment_size: 500,
+            },
+            Tx::single(bad, 1500, 500),
+            Tx {
+                dst,
+                offset: 2000,
+                len: 1000,
+                segment_size: 500,
+            },
+        ];
+        assert_eq!(a.send(&buf, &txs).unwrap(), 4);
+        let got: Vec<Vec<u8>> = collect(&mut b, 3).into_iter().map(|(_, d)| d).collect();
+        assert_eq!(got, [&buf[..500], &buf[2000..2500], &buf[2500..3000]]);
+        let s = a.stats();
+        assert_eq!((s.send_errors, s.degraded, s.gso_sends), (3, 0, 1), "{s:?}");
+        assert_eq!(a.max_segments(), GSO_MAX_SEGMENTS);
+    }
+
+    #[test]
+    fn zero_length_datagrams() {
+        for gso in [false, true] {
+            let mut a = Mmsg::bind(lo(), gso).unwrap();
+            let mut b = Mmsg::bind(lo(), gso).unwrap();
+            let dst = b.local_addr().unwrap();
+            let buf = pattern(10);
+            let txs = [
+                Tx::single(dst, 0, 0),
+                Tx::single(dst, 0, 10),
+                Tx::single(dst, 10, 0),
+            ];
+            assert_eq!(a.send(&buf, &txs).unwrap(), 3);
+            let got = collect(&mut b, 3);
+            let lens: Vec<usize> = got.iter().map(|(_, d)| d.len()).collect();
+            assert_eq!(lens, [0, 10, 0], "gso={gso}");
+            assert_eq!(got[0].0, a.local_addr().unwrap());
+        }
+    }
+
+    #[test]
+    fn waker_interrupts_a_blocked_recv() {
+        let mut a = Mmsg::bind(lo(), true).unwrap();
+        let w = a.waker().unwrap();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            w.wake();
+        });
+        let start = Instant::now();
+        let batch = a.recv(Some(Duration::from_secs(10))).unwrap();
+        assert!(batch.is_empty());
+        assert!(start.elapsed() < Duration::from_secs(2));
+        t.join().unwrap();
+        assert_eq!(a.stats().received, 0);
+    }
+
+    #[test]
+    fn recv_times_out() {
+        let mut a = Mmsg::bind(lo(), false).unwrap();
+        let start = Instant::now();
+        assert!(a.recv(Some(Duration::from_millis(20))).unwrap().is_empty());
+        assert!(start.elapsed() >= Duration::from_millis(20));
+        assert!(a.recv(Some(Duration::ZERO)).unwrap().is_empty());
+    }
+
+    #[test]
+    fn run_outside_the_buffer_is_refused() {
+        let mut a = Mmsg::bind(lo(), true).unwrap();
+        let dst = a.local_addr().unwrap();
+        let err = a.send(&[0; 10], &[Tx::single(dst, 5, 6)]).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+        assert_eq!(a.stats().syscalls, 0);
+    }
+
+    #[test]
+    fn unread_receiver_does_not_block_the_sender() {
+        // A receiver that never reads: its queue overflows and the kernel drops; the sender
+        // neither blocks for good nor loses count (EAGAIN, if any, is waited out).
+        let mut a = Mmsg::bind(lo(), true).unwrap();
+        let b = Mmsg::bind(lo(), true).unwrap();
+        let dst = b.local_addr().unwrap();
+        let run = 1472 * 44;
+        let buf = pattern(run * 16);
+        let txs: Vec<Tx> = (0..16)
+            .map(|i| Tx {
+                dst,
+                offset: i * run,
+                len: run,
+                segment_size: 1472,
+            })
+            .collect();
+        let start = Instant::now();
+        for _ in 0..40 {
+            assert_eq!(a.send(&buf, &txs).unwrap(), 16);
+        }
+        assert!(start.elapsed() < Duration::from_secs(2));
+        assert_eq!(a.stats().sent, 40 * 16 * 44);
+    }
+
+    #[test]
+    fn ipv6_round_trip() {
+        let Ok(mut a) = Mmsg::bind("[::1]:0".parse().unwrap(), true) else {
+            eprintln!("no IPv6 loopback: skipped");
+            return;
+        };
+        let mut b = Mmsg::bind("[::1]:0".parse().unwrap(), true).unwrap();
+        let (buf, txs) = runs(b.local_addr().unwrap());
+        a.send(&buf, &txs).unwrap();
+        let want = expected(&buf, &txs);
+        let got = collect(&mut b, want.len());
+        assert!(got.iter().all(|(s, _)| *s == a.local_addr().unwrap()));
+        let got: Vec<Vec<u8>> = got.into_iter().map(|(_, d)| d).collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn zerocopy_round_trip_counts_completions() {
+        let mut a = match MsgZerocopy::bind(lo()) {
+            Ok(a) => a,
+            Err(e) => panic!("MSG_ZEROCOPY not available: {e}"),
+        };
+        assert_eq!(a.name(), "msg-zc");
+        let mut b = Mmsg::bind(lo(), true).unwrap();
+        let (buf, mut txs) = runs(b.local_addr().unwrap());
+        txs.push(Tx::single(b.local_addr().unwrap(), 0, 0));
+        for _ in 0..3 {
+            assert_eq!(a.send(&buf, &txs).unwrap(), txs.len());
+            let want = expected(&buf, &txs);
+            let got: Vec<Vec<u8>> = collect(&mut b, want.len())
+                .into_iter()
+                .map(|(_, d)| d)
+                .collect();
+            assert_eq!(got, want);
+        }
+        let s = a.stats();
+        assert!(s.zerocopy_completed > 0, "{s:?}");
+        assert_eq!(s.zerocopy_completed, 3 * txs.len() as u64, "{s:?}");
+        // Loopback cannot keep user pages: the kernel reports copies.
+        assert!(s.zerocopy_copied > 0, "{s:?}");
+        assert_eq!(s.gso_sends, 3 * 4);
+        assert_eq!(a.core.zc.as_ref().map(|z| z.pending()), Some(0));
+    }
+
+    #[test]
+    fn zerocopy_many_sends_respect_the_kernel_limits() {
+        // More outstanding zero-copy sends than optmem allows by default: ENOBUFS is met by
+        // draining completions and retrying, so everything is sent.
+        let mut a = MsgZerocopy::bind(lo()).unwrap();
+        let b = Mmsg::bind(lo(), false).unwrap();
+        let dst = b.local_addr().unwrap();
+        let buf = pattern(1000 * 1000);
+        let txs: Vec<Tx> = (0..1000).map(|i| Tx::single(dst, i * 1000, 1000)).collect();
+        assert_eq!(a.send(&buf, &txs).unwrap(), 1000);
+        let s = a.stats();
+        assert_eq!(s.sent, 1000);
+        assert_eq!(s.send_nobufs, 0);
+        assert_eq!(a.core.zc.as_ref().map(|z| z.pending()), Some(0), "{s:?}");
+    }
+
+    #[test]
+    fn probe_finds_this_kernel_capable() {
+        let caps = probe();
+        eprintln!("{caps:?}");
+        assert!(caps.sendmmsg);
+        // The measured kernel (6.18) has all of them; say which one is missing otherwise.
+        assert!(caps.gso, "UDP GSO missing: {caps:?}");
+        assert!(caps.gro, "UDP GRO missing: {caps:?}");
+        assert!(caps.msg_zerocopy, "MSG_ZEROCOPY missing: {caps:?}");
+        assert_eq!(caps.gso_max_segments, GSO_MAX_SEGMENTS);
+    }
+
+    #[test]
+    fn cmsg_encoding_round_trips() {
+        let mut c = Ctrl([0; 64]);
+        let space = write_cmsg(
+            &mut c.0,
+            libc::SOL_UDP,
+            libc::UDP_SEGMENT,
+            &1472u16.to_ne_bytes(),
+        );
+        assert_eq!(space, CMSG_HDR + CMSG_ALIGN);
+        let all: Vec<_> = cmsgs(&c.0[..space]).collect();
+        assert_eq!(
+            all,
+            [(libc::SOL_UDP, libc::UDP_SEGMENT, &1472u16.to_ne_bytes()[..])]
+        );
+        assert_eq!(cmsgs(&[0xff; 7]).count(), 0);
+        let mut garbage = [0u8; 64];
+        garbage[0] = 200; // length beyond the buffer
+        assert_eq!(cmsgs(&garbage).count(), 0);
+    }
+
+    #[test]
+    fn addresses_round_trip() {
+        let mut raw = RawAddr([0; 28]);
+        for a in ["1.2.3.4:5678", "[::1]:9", "[fe80::1%3]:443"] {
+            let a: SocketAddr = a.parse().unwrap();
+            let n = encode_addr(a, a.is_ipv6(), &mut raw) as usize;
+            assert_eq!(decode_addr(&raw.0[..n]), Some(a));
+        }
+        let v4: SocketAddr = "1.2.3.4:5".parse().unwrap();
+        let n = encode_addr(v4, true, &mut raw) as usize;
+        assert_eq!(n, 28);
+        assert_eq!(
+            decode_addr(&raw.0[..n]),
+            Some(SocketAddr::new(
+                Ipv4Addr::new(1, 2, 3, 4).to_ipv6_mapped().into(),
+                5
+            ))
+        );
+    }
+
+    /// Rough loopback send rate, 1472-byte datagrams, GSO vs one header per datagram:
+    /// `cargo test --release --lib sys::mmsg::tests::send_rate -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn send_rate() {
+        for (name, gso, gro) in [
+            ("plain -> plain", false, false),
+            ("gso -> gro", true, true),
+            ("gso -> plain", true, false),
+        ] {
+            let mut a = Mmsg::bind(lo(), gso).unwrap();
+            let mut b = Mmsg::bind(lo(), gro).unwrap();
+            let dst = b.local_addr().unwrap();
+            let per_run = if gso { 44 } else { 1 };
+            let runs = 2816 / per_run;
+            let run = 1472 * per_run;
+            let buf = pattern(run * runs);
+            let txs: Vec<Tx> = (0..runs)
+                .map(|i| Tx {
+                    dst,
+                    offset: i * run,
+                    len: run,
+                    segment_size: 1472,
+                })
+                .collect();
+            let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let stop2 = stop.clone();
+            let rx = std::thread::spawn(move || {
+                let mut n = 0u64;
+                while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
+                    n += b.recv(Some(Duration::from_millis(10))).unwrap().len() as u64;
+                }
+                n
+            });
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(1) {
+                a.send(&buf, &txs).unwrap();
+            }
+            let secs = start.elapsed().as_secs_f64();
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            let got = rx.join().unwrap();
+            let s = a.stats();
+            eprintln!(
+                "{name}: sent {:.2} Mpps = {:.1} Gbit/s, received {:.2} Mpps, {} syscalls, {} would-block",
+                s.sent as f64 / secs / 1e6,
+                s.sent as f64 * 1472.0 * 8.0 / secs / 1e9,
+                got as f64 / secs / 1e6,
+                s.syscalls,
+                s.send_would_block
+            );
+        }
+    }
+
+    fn singles(n: usize) -> (Mmsg, Mmsg, Vec<u8>, Vec<Tx>) {
+        let a = Mmsg::bind(lo(), false).unwrap();
+        let b = Mmsg::bind(lo(), false).unwrap();
+        let dst = b.local_addr().unwrap();
+        let txs = (0..n).map(|i| Tx::single(dst, i * 100, 100)).collect();
+        (a, b, pattern(n * 100), txs)
+    }
+
+    #[test]
+    fn eagain_is_waited_out() {
+        let (mut a, mut b, buf, txs) = singles(100);
+        a.fail_send(1, libc::EAGAIN);
+        assert_eq!(a.send(&buf, &txs).unwrap(), 100);
+        let s = a.stats();
+        assert_eq!((s.sent, s.send_would_block), (100, 1));
+        assert_eq!(collect(&mut b, 100).len(), 100);
+    }
+
+    #[test]
+    fn enobufs_ends_the_call_early() {
+        let (mut a, mut b, buf, txs) = singles(200);
+        a.fail_send(1, libc::ENOBUFS);
+        assert_eq!(a.send(&buf, &txs).unwrap(), TX_MSGS);
+        let s = a.stats();
+        assert_eq!(s.sent, TX_MSGS as u64);
+        assert_eq!(s.send_nobufs, (200 - TX_MSGS) as u64);
+        assert_eq!(collect(&mut b, TX_MSGS).len(), TX_MSGS);
+        assert!(b.recv(Some(Duration::from_millis(20))).unwrap().is_empty());
+    }
+
+    #[test]
+    fn enobufs_mid_run_counts_only_the_rest() {
+        let mut a = Mmsg::bind(lo(), false).unwrap();
+        let dst = a.local_addr().unwrap();
+        let buf = pattern(100 * 100);
+        let txs = [Tx {
+            dst,
+            offset: 0,
+            len: 100 * 100,
+            segment_size: 100,
+        }];
+        a.fail_send(1, libc::ENOBUFS);
+        assert_eq!(a.send(&buf, &txs).unwrap(), 0);
+        let s = a.stats();
+        assert_eq!((s.sent, s.send_nobufs), (64, 36));
+    }
+
+    #[test]
+    fn zerocopy_enobufs_drains_completions_and_retries() {
+        let mut a = MsgZerocopy::bind(lo()).unwrap();
+        let mut b = Mmsg::bind(lo(), false).unwrap();
+        let dst = b.local_addr().unwrap();
+        let buf = pattern(200 * 100);
+        let txs: Vec<Tx> = (0..200).map(|i| Tx::single(dst, i * 100, 100)).collect();
+        a.core.fail_send = Some((1, libc::ENOBUFS));
+        assert_eq!(a.send(&buf, &txs).unwrap(), 200);
+        let s = a.stats();
+        assert_eq!(
+            (s.sent, s.send_nobufs, s.zerocopy_completed),
+            (200, 0, 200),
+            "{s:?}"
+        );
+        assert_eq!(collect(&mut b, 200).len(), 200);
+    }
+}

@@ -10,3 +10,5 @@
 pub(crate) mod mmsg;
 #[cfg(target_os = "linux")]
 pub(crate) mod uring;
+#[cfg(target_os = "linux")]
+pub(crate) mod zerocopy;
