@@ -5,6 +5,7 @@
 //! live-mode output to `-` / `file://con`. Exit status 0 means complete (and, when both ends
 //! are slipstream, verified); anything else is a failure.
 
+mod caps;
 mod demo;
 mod live;
 pub mod uri;
@@ -106,6 +107,13 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
+    /// Show what this kernel supports (GSO/GRO, MSG_ZEROCOPY, io_uring features) and which
+    /// datapath endpoints will use.
+    Caps {
+        /// Print one JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Transfer generated data between two in-process endpoints over a simulated lossy link,
     /// and verify it end to end.
     Demo {
@@ -142,6 +150,7 @@ pub fn run_with(registry: CcRegistry) -> ExitCode {
             count,
             common,
         } => live::run(&src, &dst, duration, count, &common, &registry),
+        Command::Caps { json } => caps::run(json),
         Command::Demo {
             size,
             loss,

@@ -8,9 +8,11 @@
 //! trait.
 
 mod impair;
+mod select;
 mod std_udp;
 
 pub use impair::{Impaired, Impairment};
+pub use select::{open, probe, Caps, AUTO_ORDER, NAMES};
 pub use std_udp::StdUdp;
 
 /// Socket buffer size asked for, each direction.
@@ -289,17 +291,6 @@ impl Waker {
     /// next timeout.
     pub fn wake(&self) {
         let _ = self.sock.send_to(&[], self.target);
-    }
-}
-
-/// Opens the datapath named `name` ("std" is the only one so far) bound to `addr`.
-pub fn open(name: &str, addr: SocketAddr) -> io::Result<Box<dyn Datapath>> {
-    match name {
-        "std" | "plain" | "auto" | "" => Ok(Box::new(StdUdp::bind(addr)?)),
-        other => Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("unknown datapath '{other}' (available: std)"),
-        )),
     }
 }
 

@@ -23,13 +23,11 @@
 //! All message headers, iovecs, addresses and control buffers are allocated at bind; the
 //! calls themselves do not allocate.
 // The datapath registry (`datapath::open`) wires these in; until then only tests use them.
-#![cfg_attr(not(test), allow(dead_code))]
 
 use super::zerocopy::{Completions, SO_ZEROCOPY};
 use crate::datapath::{Datapath, DatapathStats, RxBatch, RxMeta, Tx, Waker, MAX_UDP_PAYLOAD};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use serde::Serialize;
-use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd};
@@ -44,8 +42,6 @@ pub(crate) const RX_SLOTS: usize = 64;
 pub(crate) const RX_SLOT: usize = 1 << 16;
 /// Datagrams per GSO send offered to the caller (the kernel takes up to 64 or 128).
 pub(crate) const GSO_MAX_SEGMENTS: usize = 64;
-/// Socket buffer size asked for, each direction. The kernel may grant less (`rmem_max`).
-const SOCKET_BUFFER: usize = 8 << 20;
 /// How long a zero-copy send waits for the kernel to release its buffers before giving up
 /// (the pages stay pinned by the kernel, so memory stays sound; only the bytes on the wire
 /// could change if the caller reuses the buffer).
@@ -330,16 +326,7 @@ fn setsockopt_int(
 
 impl Core {
     fn bind(addr: SocketAddr, gso: bool, zerocopy: bool) -> io::Result<Core> {
-        let sock = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
-        if addr.is_ipv6() {
-            // Accept IPv4-mapped peers on a wildcard IPv6 socket, as most servers do.
-            let _ = sock.set_only_v6(false);
-        }
-        let _ = sock.set_send_buffer_size(SOCKET_BUFFER);
-        let _ = sock.set_recv_buffer_size(SOCKET_BUFFER);
-        sock.bind(&addr.into())?;
-        let sock: UdpSocket = sock.into();
-        sock.set_nonblocking(true)?;
+        let sock = crate::datapath::bind_udp(addr)?;
         if gso {
             // Without GRO the kernel splits incoming GSO batches itself: slower, still correct.
             let _ = setsockopt_int(&sock, libc::SOL_UDP, libc::UDP_GRO, 1);
