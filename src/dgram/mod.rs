@@ -189,7 +189,7 @@ pub struct AsyncStats {
 }
 
 enum Backend {
-    Uring(uring::UringBackend),
+    Uring(Box<uring::UringBackend>),
     Portable(portable::PortableBackend),
 }
 
@@ -227,7 +227,7 @@ impl AsyncSocket {
             }
         };
         let backend = if use_uring {
-            Backend::Uring(uring::UringBackend::bind(addr, &opts)?)
+            Backend::Uring(Box::new(uring::UringBackend::bind(addr, &opts)?))
         } else {
             Backend::Portable(portable::PortableBackend::bind(addr, &opts)?)
         };

@@ -169,3 +169,87 @@ impl Datapath for Uring {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usable() -> bool {
+        let c = super::super::probe();
+        c.available && c.recvmsg_multishot && c.buf_ring
+    }
+
+    fn recv_n(rx: &mut Uring, n: usize) -> Vec<Vec<u8>> {
+        let mut got = Vec::new();
+        let end = std::time::Instant::now() + Duration::from_secs(2);
+        while got.len() < n && std::time::Instant::now() < end {
+            let b = rx.recv(Some(Duration::from_millis(50))).unwrap();
+            got.extend(b.iter().map(|(_, d)| d.to_vec()));
+        }
+        got
+    }
+
+    #[test]
+    fn gso_runs_round_trip_and_gro_split() {
+        if !usable() {
+            return;
+        }
+        for zc in [false, true] {
+            let lo: SocketAddr = "127.0.0.1:0".parse().unwrap();
+            let mut rx = Uring::bind(lo, false).unwrap();
+            let mut tx = Uring::bind(lo, zc).unwrap();
+            assert_eq!(tx.name(), if zc { "uring-zc" } else { "uring" });
+            assert_eq!(tx.max_segments(), 64);
+            let dst = rx.local_addr().unwrap();
+            let buf: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+            let txs = [
+                Tx {
+                    dst,
+                    offset: 0,
+                    len: 10_000,
+                    segment_size: 1000,
+                },
+                Tx::single(dst, 10_000, 500),
+                Tx {
+                    dst,
+                    offset: 10_500,
+                    len: 2500,
+                    segment_size: 1000,
+                },
+            ];
+            assert_eq!(tx.send(&buf, &txs).unwrap(), 3);
+            let got = recv_n(&mut rx, 14);
+            let want: Vec<Vec<u8>> = txs
+                .iter()
+                .flat_map(|t| t.segments().map(|r| buf[r].to_vec()).collect::<Vec<_>>())
+                .collect();
+            assert_eq!(got, want);
+            let (s, r) = (tx.stats(), rx.stats());
+            assert_eq!(s.sent, 14);
+            assert_eq!(s.gso_sends, 2);
+            assert!(r.gro_batches >= 1, "{r:?}");
+            if zc {
+                assert_eq!(s.zerocopy_completed, 3);
+            }
+        }
+    }
+
+    #[test]
+    fn waker_interrupts_recv() {
+        if !usable() {
+            return;
+        }
+        let mut rx = Uring::bind("127.0.0.1:0".parse().unwrap(), false).unwrap();
+        let w = rx.waker().unwrap();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            w.wake();
+        });
+        let start = std::time::Instant::now();
+        let b = rx.recv(Some(Duration::from_secs(2))).unwrap();
+        assert!(b.is_empty());
+        assert!(start.elapsed() < Duration::from_secs(1));
+        t.join().unwrap();
+        assert_eq!(rx.stats().received, 0);
+    }
+}

@@ -361,11 +361,9 @@ fn int_of(d: &[u8]) -> u32 {
 
 /// Most buffers one GSO send may carry at `len` bytes each.
 pub(crate) fn max_segs_for(len: usize) -> usize {
-    if len == 0 {
-        1
-    } else {
-        (MAX_UDP_PAYLOAD / len).clamp(1, MAX_SEGS)
-    }
+    MAX_UDP_PAYLOAD
+        .checked_div(len)
+        .map_or(1, |n| n.clamp(1, MAX_SEGS))
 }
 
 impl Engine {
@@ -459,31 +457,6 @@ impl Engine {
         self.gso
     }
 
-    /// Whether sends are zero-copy.
-    pub(crate) fn zerocopy(&self) -> bool {
-        self.zerocopy
-    }
-
-    /// Whether the pool is registered as a fixed buffer.
-    pub(crate) fn fixed(&self) -> bool {
-        self.fixed
-    }
-
-    /// Datagrams handed to the kernel whose completion has not been reported yet.
-    pub(crate) fn inflight(&self) -> usize {
-        self.inflight_dgrams
-    }
-
-    /// Sends waiting in the overflow queue.
-    pub(crate) fn overflow_len(&self) -> usize {
-        self.overflow.len()
-    }
-
-    /// Whether anything is in flight, queued or unsubmitted on the send side.
-    pub(crate) fn send_busy(&self) -> bool {
-        self.inflight_dgrams > 0 || !self.overflow.is_empty() || self.open.is_some()
-    }
-
     /// Gives a buffer to the kernel's receive ring; a later datagram lands in it.
     pub(crate) fn provide(&mut self, buf: Buf) {
         debug_assert!(Arc::ptr_eq(buf.pool(), &self.pool));
@@ -497,11 +470,6 @@ impl Engine {
     /// SQEs queued but not yet submitted.
     pub(crate) fn unsubmitted(&self) -> usize {
         self.unsubmitted
-    }
-
-    /// Buffers the kernel holds for receiving.
-    pub(crate) fn in_ring(&self) -> usize {
-        self.in_ring
     }
 
     fn push_sqe(&mut self, e: &squeue::Entry) {
@@ -1049,23 +1017,6 @@ impl Engine {
         if self.wait(None).is_err() {
             std::thread::sleep(Duration::from_millis(1));
         }
-    }
-
-    /// Waits until no send is in flight or queued, or `timeout` passes.
-    pub(crate) fn drain_sends(&mut self, timeout: Duration) -> io::Result<()> {
-        let end = Instant::now() + timeout;
-        self.flush()?;
-        self.reap()?;
-        while self.send_busy() {
-            let left = end.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(io::ErrorKind::TimedOut.into());
-            }
-            self.flush()?;
-            self.wait(Some(left))?;
-            self.reap()?;
-        }
-        Ok(())
     }
 }
 

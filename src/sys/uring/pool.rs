@@ -87,11 +87,6 @@ impl PoolMem {
         self.slot_size - HEADROOM
     }
 
-    /// Number of slots.
-    pub(crate) fn nslots(&self) -> usize {
-        self.nslots
-    }
-
     /// Start of the region.
     pub(crate) fn base(&self) -> *mut u8 {
         self.base
