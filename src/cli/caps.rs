@@ -43,17 +43,31 @@ pub(super) fn run(json: bool) -> CliResult {
     println!("MSG_ZEROCOPY                 {}", yn(c.msg_zerocopy));
     println!("io_uring                     {}", yn(c.io_uring));
     if c.io_uring {
-        println!("  SEND_ZC / SENDMSG_ZC       {} / {}", yn(c.uring_send_zc), yn(c.uring_sendmsg_zc));
-        println!("  multishot RECVMSG          {}", yn(c.uring_recvmsg_multishot));
+        println!(
+            "  SEND_ZC / SENDMSG_ZC       {} / {}",
+            yn(c.uring_send_zc),
+            yn(c.uring_sendmsg_zc)
+        );
+        println!(
+            "  multishot RECVMSG          {}",
+            yn(c.uring_recvmsg_multishot)
+        );
         println!("  provided-buffer rings      {}", yn(c.uring_buf_ring));
         println!("  registered buffers         {}", yn(c.uring_fixed_buffers));
     }
     println!();
-    for n in datapath::NAMES.iter().filter(|n| **n != "auto" && **n != "plain") {
+    for n in datapath::NAMES
+        .iter()
+        .filter(|n| **n != "auto" && **n != "plain")
+    {
         println!(
             "datapath {:<10}          {}",
             n,
-            if c.supports(n) { "available" } else { "not supported here" }
+            if c.supports(n) {
+                "available"
+            } else {
+                "not supported here"
+            }
         );
     }
     println!();

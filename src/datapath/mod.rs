@@ -24,6 +24,14 @@ const SOCKET_BUFFER: usize = 64 << 20;
 /// flow of 64 KiB datagrams; every overflow costs a retransmission. A wildcard IPv6 socket
 /// also accepts IPv4-mapped peers, as most servers do.
 pub(crate) fn bind_udp(addr: SocketAddr) -> io::Result<UdpSocket> {
+    let sock = udp_socket(addr, SOCKET_BUFFER, SOCKET_BUFFER)?;
+    sock.set_nonblocking(true)?;
+    Ok(sock)
+}
+
+/// A blocking UDP socket bound to `addr` with send and receive buffers of about `sndbuf` and
+/// `rcvbuf` bytes (forced past the system limits where permitted).
+pub(crate) fn udp_socket(addr: SocketAddr, sndbuf: usize, rcvbuf: usize) -> io::Result<UdpSocket> {
     use socket2::{Domain, Protocol, Socket, Type};
     let sock = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
     if addr.is_ipv6() {
@@ -32,22 +40,20 @@ pub(crate) fn bind_udp(addr: SocketAddr) -> io::Result<UdpSocket> {
     #[cfg(target_os = "linux")]
     {
         use rustix::net::sockopt;
-        if sockopt::set_socket_recv_buffer_size_force(&sock, SOCKET_BUFFER).is_err() {
-            let _ = sock.set_recv_buffer_size(SOCKET_BUFFER);
+        if sockopt::set_socket_recv_buffer_size_force(&sock, rcvbuf).is_err() {
+            let _ = sock.set_recv_buffer_size(rcvbuf);
         }
-        if sockopt::set_socket_send_buffer_size_force(&sock, SOCKET_BUFFER).is_err() {
-            let _ = sock.set_send_buffer_size(SOCKET_BUFFER);
+        if sockopt::set_socket_send_buffer_size_force(&sock, sndbuf).is_err() {
+            let _ = sock.set_send_buffer_size(sndbuf);
         }
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = sock.set_recv_buffer_size(SOCKET_BUFFER);
-        let _ = sock.set_send_buffer_size(SOCKET_BUFFER);
+        let _ = sock.set_recv_buffer_size(rcvbuf);
+        let _ = sock.set_send_buffer_size(sndbuf);
     }
     sock.bind(&addr.into())?;
-    let sock: UdpSocket = sock.into();
-    sock.set_nonblocking(true)?;
-    Ok(sock)
+    Ok(sock.into())
 }
 
 /// The path MTU the kernel knows for `dst` (IP_MTU / IPV6_MTU on a connected probe socket), or

@@ -16,7 +16,9 @@ use std::sync::OnceLock;
 pub const AUTO_ORDER: &[&str] = &["gso", "mmsg", "std"];
 
 /// Every backend name `--datapath` accepts.
-pub const NAMES: &[&str] = &["auto", "gso", "mmsg", "uring", "uring-zc", "msg-zc", "std", "plain"];
+pub const NAMES: &[&str] = &[
+    "auto", "gso", "mmsg", "uring", "uring-zc", "msg-zc", "std", "plain",
+];
 
 /// What this kernel supports, probed once per process.
 #[derive(Debug, Clone, Serialize)]
@@ -86,7 +88,7 @@ pub fn probe() -> &'static Caps {
 #[cfg(target_os = "linux")]
 fn probe_now() -> Caps {
     let m = crate::sys::mmsg::probe();
-    let u = UringStub::default();
+    let u = crate::sys::uring::probe();
     Caps {
         kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
             .map(|s| s.trim().to_string())
@@ -144,7 +146,10 @@ pub fn open(name: &str, addr: SocketAddr) -> io::Result<Box<dyn Datapath>> {
     if !NAMES.contains(&name) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("unknown datapath '{name}' (available: {})", NAMES.join(", ")),
+            format!(
+                "unknown datapath '{name}' (available: {})",
+                NAMES.join(", ")
+            ),
         ));
     }
     if !caps.supports(name) {
@@ -164,16 +169,10 @@ fn open_named(name: &str, addr: SocketAddr) -> io::Result<Box<dyn Datapath>> {
         "mmsg" => Box::new(crate::sys::mmsg::Mmsg::bind(addr, false)?),
         #[cfg(target_os = "linux")]
         "msg-zc" => Box::new(crate::sys::mmsg::MsgZerocopy::bind(addr)?),
+        #[cfg(target_os = "linux")]
+        "uring" => Box::new(crate::sys::uring::Uring::bind(addr, false)?),
+        #[cfg(target_os = "linux")]
+        "uring-zc" => Box::new(crate::sys::uring::Uring::bind(addr, true)?),
         _ => Box::new(StdUdp::bind(addr)?),
     })
-}
-
-#[derive(Default)]
-struct UringStub {
-    available: bool,
-    send_zc: bool,
-    sendmsg_zc: bool,
-    recvmsg_multishot: bool,
-    buf_ring: bool,
-    fixed_buffers: bool,
 }

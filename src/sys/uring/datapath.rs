@@ -22,7 +22,7 @@ const RX_SLOTS: usize = 128;
 const OPS: usize = 64;
 /// Most datagrams in one receive batch.
 const RX_BATCH: usize = 1024;
-const SOCKET_BUFFER: usize = 8 << 20;
+const SOCKET_BUFFER: usize = 64 << 20;
 
 /// The io_uring datapath.
 #[derive(Debug)]

@@ -20,7 +20,7 @@
 use super::pool::{Buf, PoolMem, HEADROOM};
 use crate::datapath::MAX_UDP_PAYLOAD;
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
-use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use socket2::SockAddr;
 use std::collections::VecDeque;
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
@@ -302,14 +302,7 @@ fn setsockopt_int(sock: &UdpSocket, level: i32, name: i32, val: i32) -> io::Resu
 /// Opens a blocking UDP socket bound to `addr` (io_uring waits for room itself; a
 /// non-blocking socket would make it return EAGAIN).
 pub(crate) fn udp_socket(addr: SocketAddr, sndbuf: usize, rcvbuf: usize) -> io::Result<UdpSocket> {
-    let sock = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
-    if addr.is_ipv6() {
-        let _ = sock.set_only_v6(false);
-    }
-    let _ = sock.set_send_buffer_size(sndbuf);
-    let _ = sock.set_recv_buffer_size(rcvbuf);
-    sock.bind(&addr.into())?;
-    Ok(sock.into())
+    crate::datapath::udp_socket(addr, sndbuf, rcvbuf)
 }
 
 /// Parses a `sockaddr_in` / `sockaddr_in6` written by the kernel.

@@ -1,13 +1,10 @@
 //! io_uring: the engine (ring, registered buffer pool, provided-buffer receive ring, bounded
 //! send ops with an overflow queue), the [`Uring`] datapath on it, and [`probe`].
 
-// The integrator wires `Uring::bind` into `datapath::open`; until then only tests use it.
-#[allow(dead_code)]
 mod datapath;
 pub(crate) mod engine;
 pub(crate) mod pool;
 
-#[allow(unused_imports)]
 pub(crate) use datapath::Uring;
 
 use io_uring::{opcode, IoUring, Probe};
