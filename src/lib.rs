@@ -6,10 +6,12 @@
 //! - [`datapath`]: batched datagram I/O backends and the loss-injecting [`datapath::Impaired`].
 //! - [`transfer`]: file transfer with an end-to-end BLAKE3 digest trailer.
 //! - [`cli`]: the `slipstream` command line.
+//! - [`plot`]: SVG line charts for benchmark reports.
 
 pub mod api;
 pub mod cli;
 pub mod datapath;
+pub mod plot;
 mod runtime;
 mod sys;
 pub mod transfer;
