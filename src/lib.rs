@@ -9,6 +9,7 @@
 //! - [`plot`]: SVG line charts for benchmark reports.
 
 pub mod api;
+mod bench;
 pub mod cli;
 pub mod datapath;
 pub mod plot;
