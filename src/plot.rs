@@ -16,7 +16,7 @@ const WIDTH: u32 = 900;
 const HEIGHT: u32 = 600;
 
 /// Draws `series` as lines with point markers into the SVG file `path`. With `log_x` the
-/// x axis is logarithmic (points with x <= 0 are dropped). Points that are not finite are
+/// x axis is logarithmic with ticks at powers of 2 (points with x <= 0 are dropped). Points that are not finite are
 /// dropped; empty series still get a legend entry. The y axis starts at 0 unless values are
 /// negative.
 pub fn line_chart(
@@ -56,7 +56,7 @@ pub fn line_chart(
             title,
             x_label,
             y_label,
-            (x0..x1).log_scale(),
+            (x0..x1).log_scale().base(2.0),
             y0..y1,
             &clean,
         )
@@ -121,13 +121,13 @@ where
     Ok(())
 }
 
-/// Axis tick text: 1472, 8K, 64K, 1.5M.
+/// Axis tick text: 1472, 8K, 64K, 10000, 0.5.
 fn short_number(v: f64) -> String {
     let a = v.abs();
-    if a >= 1e6 {
-        format!("{}M", trim(v / 1048576.0))
-    } else if a >= 8192.0 {
+    if a >= 8192.0 && a % 1024.0 == 0.0 {
         format!("{}K", trim(v / 1024.0))
+    } else if a >= 1000.0 {
+        format!("{v:.0}")
     } else {
         trim(v)
     }
@@ -176,6 +176,8 @@ mod tests {
     fn tick_text() {
         assert_eq!(short_number(1472.0), "1472");
         assert_eq!(short_number(65536.0), "64K");
+        assert_eq!(short_number(10000.0), "10000");
+        assert_eq!(short_number(65507.0), "65507");
         assert_eq!(short_number(0.5), "0.5");
     }
 }
