@@ -172,10 +172,22 @@ fn remove_stale() {
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let name = line.split_whitespace().next().unwrap_or("");
         if let Some(pid) = owner_pid(name) {
-            if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            if !alive(pid) {
                 let _ = ip(&["netns", "del", name]);
             }
         }
+    }
+}
+
+/// Whether process `pid` exists and has not exited (a zombie has).
+fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
     }
 }
 
@@ -202,5 +214,7 @@ mod tests {
         assert_eq!(owner_pid("ssd1234_0c"), None);
         assert_eq!(owner_pid("other"), None);
         assert_eq!(owner_pid("ssdx_0a"), None);
+        assert!(alive(std::process::id()));
+        assert!(!alive(u32::MAX));
     }
 }
