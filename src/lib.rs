@@ -4,15 +4,18 @@
 //! - [`runtime`]: the per-endpoint I/O thread driving the sans-IO engine
 //!   ([`slipstream_proto`]).
 //! - [`datapath`]: batched datagram I/O backends and the loss-injecting [`datapath::Impaired`].
-//! - `dgram`: asynchronous UDP datagrams (post/complete, registered buffer pool; Linux).
+//! - [`dgram`]: asynchronous UDP datagrams (post/complete, registered buffer pool; Linux).
 //! - [`transfer`]: file transfer with an end-to-end BLAKE3 digest trailer.
 //! - [`cli`]: the `slipstream` command line.
+//! - [`plot`]: SVG line charts for benchmark reports.
 
 pub mod api;
+mod bench;
 pub mod cli;
 pub mod datapath;
 #[cfg(target_os = "linux")]
 pub mod dgram;
+pub mod plot;
 mod runtime;
 mod sys;
 pub mod transfer;

@@ -5,7 +5,7 @@
 //! instead of skipping it silently.
 
 use slipstream::datapath::{self, DatapathStats, Impairment};
-use slipstream::transfer::{self, Verdict};
+use slipstream::transfer;
 use slipstream::{ConnConfig, Endpoint, EndpointOptions, Mode};
 use std::time::Duration;
 

@@ -129,6 +129,9 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
+    /// Measure the datapaths without the protocol (datagram throughput cells and tables).
+    #[command(subcommand)]
+    Bench(crate::bench::BenchCmd),
 }
 
 /// Runs the command line with the congestion controllers of `registry` available to `--cc`.
@@ -157,6 +160,7 @@ pub fn run_with(registry: CcRegistry) -> ExitCode {
             delay,
             common,
         } => demo::run(size, loss, delay, &common, &registry),
+        Command::Bench(cmd) => crate::bench::run(cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

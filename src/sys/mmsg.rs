@@ -1299,59 +1299,6 @@ mod tests {
         );
     }
 
-    /// Rough loopback send rate, 1472-byte datagrams, GSO vs one header per datagram:
-    /// `cargo test --release --lib sys::mmsg::tests::send_rate -- --ignored --nocapture`.
-    #[test]
-    #[ignore]
-    fn send_rate() {
-        for (name, gso, gro) in [
-            ("plain -> plain", false, false),
-            ("gso -> gro", true, true),
-            ("gso -> plain", true, false),
-        ] {
-            let mut a = Mmsg::bind(lo(), gso).unwrap();
-            let mut b = Mmsg::bind(lo(), gro).unwrap();
-            let dst = b.local_addr().unwrap();
-            let per_run = if gso { 44 } else { 1 };
-            let runs = 2816 / per_run;
-            let run = 1472 * per_run;
-            let buf = pattern(run * runs);
-            let txs: Vec<Tx> = (0..runs)
-                .map(|i| Tx {
-                    dst,
-                    offset: i * run,
-                    len: run,
-                    segment_size: 1472,
-                })
-                .collect();
-            let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-            let stop2 = stop.clone();
-            let rx = std::thread::spawn(move || {
-                let mut n = 0u64;
-                while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
-                    n += b.recv(Some(Duration::from_millis(10))).unwrap().len() as u64;
-                }
-                n
-            });
-            let start = Instant::now();
-            while start.elapsed() < Duration::from_secs(1) {
-                a.send(&buf, &txs).unwrap();
-            }
-            let secs = start.elapsed().as_secs_f64();
-            stop.store(true, std::sync::atomic::Ordering::Relaxed);
-            let got = rx.join().unwrap();
-            let s = a.stats();
-            eprintln!(
-                "{name}: sent {:.2} Mpps = {:.1} Gbit/s, received {:.2} Mpps, {} syscalls, {} would-block",
-                s.sent as f64 / secs / 1e6,
-                s.sent as f64 * 1472.0 * 8.0 / secs / 1e9,
-                got as f64 / secs / 1e6,
-                s.syscalls,
-                s.send_would_block
-            );
-        }
-    }
-
     fn singles(n: usize) -> (Mmsg, Mmsg, Vec<u8>, Vec<Tx>) {
         let a = Mmsg::bind(lo(), false).unwrap();
         let b = Mmsg::bind(lo(), false).unwrap();

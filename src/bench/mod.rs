@@ -1,0 +1,163 @@
+//! `slipstream bench`: measurements of the datapaths themselves, without the protocol.
+//!
+//! - `bench dgram`: one ttcp-style cell ([`dgram`]): one payload size, one datapath, loopback
+//!   or a veth pair between two network namespaces ([`netns`]).
+//! - `bench dgram-table`: the matrix of sizes × datapaths ([`table`]), after Table 3 and
+//!   Fig. 8 of the asynchronous-UDP paper, as markdown, JSON lines and SVG charts.
+
+pub mod dgram;
+pub mod netns;
+pub mod table;
+
+use clap::{Args, Subcommand};
+use std::path::PathBuf;
+
+/// The `bench` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum BenchCmd {
+    /// One cell: a sender thread floods SIZE-byte UDP payloads to a receiver thread through
+    /// one datapath, counted at the receiver. With --json the last stdout line is JSON.
+    Dgram(DgramArgs),
+    /// The matrix of payload sizes × datapaths (median of --repeat runs per cell), written
+    /// as DIR/dgram-<path>.md, .jsonl and .svg.
+    DgramTable(TableArgs),
+}
+
+/// Options of `bench dgram`.
+#[derive(Debug, Args)]
+pub struct DgramArgs {
+    /// UDP payload bytes per datagram, 1..=65507.
+    #[arg(long, value_name = "BYTES")]
+    size: usize,
+    /// Datapath: plain, mmsg, gso, uring, uring-zc, msg-zc, async (whichever this build has).
+    #[arg(long, value_name = "NAME", default_value = "plain")]
+    datapath: String,
+    /// Measured window, seconds.
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 2.0,
+        allow_negative_numbers = true
+    )]
+    seconds: f64,
+    /// Warm-up before the window (not counted), seconds.
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 0.2,
+        allow_negative_numbers = true
+    )]
+    warmup: f64,
+    /// Run over a veth pair between two fresh network namespaces (needs root).
+    #[arg(long)]
+    netns: bool,
+    /// MTU of the veth pair.
+    #[arg(long, value_name = "BYTES", default_value_t = 1500, requires = "netns")]
+    mtu: u32,
+    /// Also print the result as one JSON object, as the last line.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Options of `bench dgram-table`.
+#[derive(Debug, Args)]
+pub struct TableArgs {
+    /// Payload sizes, comma-separated [default: 32,64,...,8192,16384,65507].
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    sizes: Option<Vec<usize>>,
+    /// Datapaths, comma-separated; those this build lacks are skipped with a note
+    /// [default: plain,mmsg,gso,uring,uring-zc,msg-zc,async].
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    datapaths: Option<Vec<String>>,
+    /// Runs per cell; the median is kept.
+    #[arg(long, value_name = "K", default_value_t = 3)]
+    repeat: usize,
+    /// Measured window of each run, seconds.
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 2.0,
+        allow_negative_numbers = true
+    )]
+    seconds: f64,
+    /// Warm-up before each run's window, seconds.
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 0.2,
+        allow_negative_numbers = true
+    )]
+    warmup: f64,
+    /// Paths, comma-separated: loopback, veth (veth needs root; by default it is skipped
+    /// with a note when not root) [default: loopback,veth].
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    paths: Option<Vec<String>>,
+    /// MTU of the veth pair.
+    #[arg(long, value_name = "BYTES", default_value_t = 1500)]
+    mtu: u32,
+    /// Output directory.
+    #[arg(long, value_name = "DIR", default_value = "bench-results")]
+    out_dir: PathBuf,
+}
+
+/// Runs a `bench` subcommand.
+pub fn run(cmd: BenchCmd) -> Result<(), String> {
+    match cmd {
+        BenchCmd::Dgram(a) => run_dgram(a),
+        BenchCmd::DgramTable(a) => table::run(&table::TableConfig {
+            sizes: a.sizes.unwrap_or_else(|| table::DEFAULT_SIZES.to_vec()),
+            datapaths: a.datapaths.unwrap_or_else(|| {
+                table::DEFAULT_DATAPATHS
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect()
+            }),
+            repeat: a.repeat,
+            seconds: a.seconds,
+            warmup: a.warmup,
+            paths_explicit: a.paths.is_some(),
+            paths: a
+                .paths
+                .unwrap_or_else(|| vec!["loopback".into(), "veth".into()]),
+            mtu: a.mtu,
+            out_dir: a.out_dir,
+        }),
+    }
+}
+
+fn run_dgram(a: DgramArgs) -> Result<(), String> {
+    let cfg = dgram::CellConfig {
+        datapath: a.datapath,
+        size: a.size,
+        seconds: a.seconds,
+        warmup: a.warmup,
+    };
+    dgram::validate(&cfg)?;
+    let pair = if a.netns {
+        Some(netns::VethPair::create(a.mtu)?)
+    } else {
+        None
+    };
+    let env = pair
+        .as_ref()
+        .map_or_else(dgram::PathEnv::loopback, dgram::PathEnv::veth);
+    let r = dgram::run_cell(&cfg, &env).map_err(|e| format!("bench dgram: {e}"))?;
+    drop(pair);
+    println!("{}", r.summary());
+    if r.ip_fragmented {
+        println!(
+            "note: {}-byte payloads exceed the veth MTU {} (minus {} bytes of IP/UDP headers): \
+             plain datagrams are fragmented at the IP level",
+            r.size,
+            r.mtu.unwrap_or(0),
+            dgram::UDP_IP_HEADERS
+        );
+    }
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string(&r).map_err(|e| format!("bench dgram: {e}"))?
+        );
+    }
+    Ok(())
+}
