@@ -461,10 +461,10 @@ impl Core {
                             self.settle()?;
                             return Ok(first.at.tx);
                         }
-                        libc::EIO | libc::EINVAL if first.datagrams > 1 => {
+                        libc::EIO | libc::EINVAL | libc::EMSGSIZE if first.datagrams > 1 => {
                             // The kernel refuses segmentation offload (no checksum offload
-                            // on the route, ...) or the destination itself: the first datagram
-                            // alone tells which.
+                            // on the route, segments larger than the route's MTU, ...) or
+                            // the destination itself: the first datagram alone tells which.
                             cur = self.retry_without_gso(buf, txs, first);
                         }
                         _ => {

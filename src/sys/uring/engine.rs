@@ -759,7 +759,7 @@ impl Engine {
             op.state = State::Done;
             return;
         }
-        if (res == -libc::EIO || res == -libc::EINVAL) && n > 1 {
+        if (res == -libc::EIO || res == -libc::EINVAL || res == -libc::EMSGSIZE) && n > 1 {
             // The kernel refused GSO: send these one by one, first.
             self.gso = false;
             self.stats.degraded += 1;
@@ -969,7 +969,7 @@ impl Engine {
             } else if -res == libc::ENOBUFS {
                 self.stats.send_nobufs += n;
                 *first_nobufs = (*first_nobufs).min(t);
-            } else if (-res == libc::EIO || -res == libc::EINVAL) && n > 1 {
+            } else if (-res == libc::EIO || -res == libc::EINVAL || -res == libc::EMSGSIZE) && n > 1 {
                 self.gso = false;
                 self.stats.degraded += 1;
                 redo.push(t);
