@@ -81,5 +81,6 @@ med = {n: (st.median(float(r[1]) for r in rows if r[0] == n), st.median(float(r[
 for n, (g, c) in med.items():
     print(f"median {n:10s} {g:6.2f} Gbit/s  {c:6.2f} CPU s/GB")
 for n in ("tcp-mem", "tcp-file"):
-    print(f"ratio slipstream/{n} throughput: {med[\"slipstream\"][0] / med[n][0]:.2f}x")
+    r = med["slipstream"][0] / med[n][0]
+    print(f"ratio slipstream/{n} throughput: {r:.2f}x")
 '
