@@ -969,7 +969,8 @@ impl Engine {
             } else if -res == libc::ENOBUFS {
                 self.stats.send_nobufs += n;
                 *first_nobufs = (*first_nobufs).min(t);
-            } else if (-res == libc::EIO || -res == libc::EINVAL || -res == libc::EMSGSIZE) && n > 1 {
+            } else if (-res == libc::EIO || -res == libc::EINVAL || -res == libc::EMSGSIZE) && n > 1
+            {
                 self.gso = false;
                 self.stats.degraded += 1;
                 redo.push(t);
