@@ -141,7 +141,9 @@ impl Tx {
 pub struct RxMeta {
     /// Source address.
     pub src: SocketAddr,
-    /// Where the datagram starts in the batch buffer.
+    /// Which of the batch's buffers holds it (always 0 for a single-buffer batch).
+    pub part: usize,
+    /// Where the datagram starts in that buffer.
     pub offset: usize,
     /// Its length.
     pub len: usize,
@@ -151,8 +153,32 @@ impl Default for RxMeta {
     fn default() -> Self {
         RxMeta {
             src: SocketAddr::from(([0, 0, 0, 0], 0)),
+            part: 0,
             offset: 0,
             len: 0,
+        }
+    }
+}
+
+/// Buffers a batch's datagrams live in when they are not one contiguous region (io_uring's
+/// provided buffers: one slot per completion, each owned by the datapath until its next
+/// receive).
+pub trait RxParts: Sync {
+    /// Buffer `i`, or `None` if there is no such buffer.
+    fn part(&self, i: usize) -> Option<&[u8]>;
+}
+
+#[derive(Clone, Copy)]
+enum Parts<'a> {
+    One(&'a [u8]),
+    Many(&'a dyn RxParts),
+}
+
+impl std::fmt::Debug for Parts<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Parts::One(b) => write!(f, "One({} bytes)", b.len()),
+            Parts::Many(_) => f.write_str("Many"),
         }
     }
 }
@@ -161,7 +187,7 @@ impl Default for RxMeta {
 /// buffers (the kernel wrote them there; nothing is copied) until its next call.
 #[derive(Debug, Clone, Copy)]
 pub struct RxBatch<'a> {
-    buf: &'a [u8],
+    parts: Parts<'a>,
     metas: &'a [RxMeta],
 }
 
@@ -169,15 +195,23 @@ impl<'a> RxBatch<'a> {
     /// A batch of `metas` pointing into `buf`. Metas outside `buf` are skipped by
     /// [`RxBatch::iter`].
     pub fn new(buf: &'a [u8], metas: &'a [RxMeta]) -> Self {
-        RxBatch { buf, metas }
+        RxBatch {
+            parts: Parts::One(buf),
+            metas,
+        }
+    }
+
+    /// A batch of `metas` pointing into the buffers of `parts` (by [`RxMeta::part`]).
+    pub fn with_parts(parts: &'a dyn RxParts, metas: &'a [RxMeta]) -> Self {
+        RxBatch {
+            parts: Parts::Many(parts),
+            metas,
+        }
     }
 
     /// No datagrams (timeout or wake-up).
     pub fn empty() -> Self {
-        RxBatch {
-            buf: &[],
-            metas: &[],
-        }
+        RxBatch::new(&[], &[])
     }
 
     /// Number of datagrams.
@@ -192,10 +226,15 @@ impl<'a> RxBatch<'a> {
 
     /// The datagrams, in arrival order: source and bytes.
     pub fn iter(&self) -> impl Iterator<Item = (SocketAddr, &'a [u8])> + 'a {
-        let buf = self.buf;
-        self.metas
-            .iter()
-            .filter_map(move |m| Some((m.src, buf.get(m.offset..m.offset.checked_add(m.len)?)?)))
+        let parts = self.parts;
+        self.metas.iter().filter_map(move |m| {
+            let buf = match parts {
+                Parts::One(b) if m.part == 0 => b,
+                Parts::One(_) => return None,
+                Parts::Many(p) => p.part(m.part)?,
+            };
+            Some((m.src, buf.get(m.offset..m.offset.checked_add(m.len)?)?))
+        })
     }
 }
 

@@ -170,6 +170,7 @@ impl Datapath for StdUdp {
         };
         self.rx_metas.push(RxMeta {
             src,
+            part: 0,
             offset: 0,
             len,
         });
@@ -179,6 +180,7 @@ impl Datapath for StdUdp {
                 Rx::Got(len, src) => {
                     self.rx_metas.push(RxMeta {
                         src,
+                        part: 0,
                         offset: at,
                         len,
                     });

@@ -777,6 +777,7 @@ impl Core {
                         let l = g.min(len - at);
                         self.rx_metas.push(RxMeta {
                             src,
+                            part: 0,
                             offset: base + at,
                             len: l,
                         });
@@ -787,6 +788,7 @@ impl Core {
                 _ => {
                     self.rx_metas.push(RxMeta {
                         src,
+                        part: 0,
                         offset: base,
                         len,
                     });

@@ -9,8 +9,10 @@
 //! kernel at the start of the next `recv`.
 
 use super::engine::{Engine, EngineConfig, MAX_SEGS};
-use super::pool::{Buf, HEADROOM};
-use crate::datapath::{Datapath, DatapathStats, RxBatch, RxMeta, Tx, Waker, MAX_UDP_PAYLOAD};
+use super::pool::Buf;
+use crate::datapath::{
+    Datapath, DatapathStats, RxBatch, RxMeta, RxParts, Tx, Waker, MAX_UDP_PAYLOAD,
+};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::sync::Arc;
@@ -24,11 +26,22 @@ const OPS: usize = 64;
 const RX_BATCH: usize = 1024;
 const SOCKET_BUFFER: usize = 64 << 20;
 
+/// Receive slots the kernel filled and handed back, held until the next `recv`; a batch
+/// reads each datagram through its slot's buffer handle.
+#[derive(Debug)]
+struct Held(Vec<Buf>);
+
+impl RxParts for Held {
+    fn part(&self, i: usize) -> Option<&[u8]> {
+        self.0.get(i).map(|b| &b.as_ref()[..b.len()])
+    }
+}
+
 /// The io_uring datapath.
 #[derive(Debug)]
 pub(crate) struct Uring {
     eng: Engine,
-    held: Vec<Buf>,
+    held: Held,
     metas: Vec<RxMeta>,
     waker_sock: Arc<UdpSocket>,
     waker_addr: SocketAddr,
@@ -61,7 +74,7 @@ impl Uring {
         eng.waker_addr = Some(waker_addr);
         Ok(Uring {
             eng,
-            held: Vec::with_capacity(RX_SLOTS),
+            held: Held(Vec::with_capacity(RX_SLOTS)),
             metas: Vec::with_capacity(RX_BATCH),
             waker_sock: Arc::new(waker_sock),
             waker_addr,
@@ -97,7 +110,7 @@ impl Datapath for Uring {
 
     fn recv(&mut self, timeout: Option<Duration>) -> io::Result<RxBatch<'_>> {
         // The previous batch has been consumed: its slots go back to the kernel.
-        for b in self.held.drain(..) {
+        for b in self.held.0.drain(..) {
             self.eng.provide(b);
         }
         self.metas.clear();
@@ -108,7 +121,6 @@ impl Datapath for Uring {
             self.eng.reap()?;
         }
         self.eng.woken = false;
-        let slot_size = self.eng.pool().slot_size();
         while let Some(r) = self.eng.recv_done.front() {
             let len = r.buf.len();
             let seg = if r.segment_size > 0 {
@@ -123,25 +135,21 @@ impl Datapath for Uring {
             let Some(r) = self.eng.recv_done.pop_front() else {
                 break;
             };
-            let base = r.buf.slot() as usize * slot_size + HEADROOM;
+            let part = self.held.0.len();
             for k in 0..count {
                 let off = k * seg;
                 self.metas.push(RxMeta {
                     src: r.src,
-                    offset: base + off,
+                    part,
+                    offset: off,
                     len: seg.min(len - off.min(len)).min(MAX_UDP_PAYLOAD),
                 });
             }
-            self.held.push(r.buf);
+            self.held.0.push(r.buf);
         }
-        let pool = self.eng.pool();
-        // SAFETY: the region is live while `self.eng` (which holds the pool) is borrowed by
-        // the returned batch. The metas only cover slots in `held`, which the kernel gave
-        // back and will not get again before the next `recv` (which needs `&mut self`, so
-        // the batch is gone by then). Bytes of other slots may change under the slice (the
-        // kernel receives into them); they are never read through it.
-        let region = unsafe { std::slice::from_raw_parts(pool.base(), pool.region_len()) };
-        Ok(RxBatch::new(region, &self.metas))
+        // Each datagram is read through the buffer handle of its own slot: the kernel gave
+        // those back and gets them again only at the next `recv`, after the batch is gone.
+        Ok(RxBatch::with_parts(&self.held, &self.metas))
     }
 
     fn waker(&self) -> io::Result<Waker> {
