@@ -32,7 +32,23 @@ pub struct DgramArgs {
     /// Datapath: plain, mmsg, gso, uring, uring-zc, msg-zc, async (whichever this build has).
     #[arg(long, value_name = "NAME", default_value = "plain")]
     datapath: String,
-    /// Measured window, seconds.
+    #[command(flatten)]
+    window: Window,
+    /// Run over a veth pair between two fresh network namespaces (needs root).
+    #[arg(long)]
+    netns: bool,
+    /// MTU of the veth pair.
+    #[arg(long, value_name = "BYTES", default_value_t = 1500, requires = "netns")]
+    mtu: u32,
+    /// Also print the result as one JSON object, as the last line.
+    #[arg(long)]
+    json: bool,
+}
+
+/// How long each run measures, after how long a warm-up.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct Window {
+    /// Measured window of each run, seconds.
     #[arg(
         long,
         value_name = "SECS",
@@ -48,15 +64,6 @@ pub struct DgramArgs {
         allow_negative_numbers = true
     )]
     warmup: f64,
-    /// Run over a veth pair between two fresh network namespaces (needs root).
-    #[arg(long)]
-    netns: bool,
-    /// MTU of the veth pair.
-    #[arg(long, value_name = "BYTES", default_value_t = 1500, requires = "netns")]
-    mtu: u32,
-    /// Also print the result as one JSON object, as the last line.
-    #[arg(long)]
-    json: bool,
 }
 
 /// Options of `bench dgram-table`.
@@ -72,22 +79,8 @@ pub struct TableArgs {
     /// Runs per cell; the median is kept.
     #[arg(long, value_name = "K", default_value_t = 3)]
     repeat: usize,
-    /// Measured window of each run, seconds.
-    #[arg(
-        long,
-        value_name = "SECS",
-        default_value_t = 2.0,
-        allow_negative_numbers = true
-    )]
-    seconds: f64,
-    /// Warm-up before each run's window, seconds.
-    #[arg(
-        long,
-        value_name = "SECS",
-        default_value_t = 0.2,
-        allow_negative_numbers = true
-    )]
-    warmup: f64,
+    #[command(flatten)]
+    window: Window,
     /// Paths, comma-separated: loopback, veth (veth needs root; by default it is skipped
     /// with a note when not root) [default: loopback,veth].
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
@@ -113,8 +106,8 @@ pub fn run(cmd: BenchCmd) -> Result<(), String> {
                     .collect()
             }),
             repeat: a.repeat,
-            seconds: a.seconds,
-            warmup: a.warmup,
+            seconds: a.window.seconds,
+            warmup: a.window.warmup,
             paths_explicit: a.paths.is_some(),
             paths: a
                 .paths
@@ -129,8 +122,8 @@ fn run_dgram(a: DgramArgs) -> Result<(), String> {
     let cfg = dgram::CellConfig {
         datapath: a.datapath,
         size: a.size,
-        seconds: a.seconds,
-        warmup: a.warmup,
+        seconds: a.window.seconds,
+        warmup: a.window.warmup,
     };
     dgram::validate(&cfg)?;
     let pair = if a.netns {

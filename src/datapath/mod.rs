@@ -328,6 +328,20 @@ pub struct Waker {
 }
 
 impl Waker {
+    /// The separate socket a datapath bound to `local` is woken from, and its address: on
+    /// loopback when `local` is a wildcard address, else on `local`'s address.
+    pub(crate) fn socket_for(local: SocketAddr) -> io::Result<(Arc<UdpSocket>, SocketAddr)> {
+        use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+        let ip = match local.ip() {
+            IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+            ip => ip,
+        };
+        let sock = UdpSocket::bind(SocketAddr::new(ip, 0))?;
+        let addr = sock.local_addr()?;
+        Ok((Arc::new(sock), addr))
+    }
+
     pub(crate) fn new(sock: Arc<UdpSocket>, target: SocketAddr) -> Self {
         Waker { sock, target }
     }

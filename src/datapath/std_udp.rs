@@ -7,7 +7,7 @@
 use super::{Datapath, DatapathStats, RxBatch, RxMeta, Tx, Waker, MAX_UDP_PAYLOAD};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -34,16 +34,10 @@ impl StdUdp {
     pub fn bind(addr: SocketAddr) -> io::Result<Self> {
         let sock = super::bind_udp(addr)?;
         let local = sock.local_addr()?;
-        let loopback = match local.ip() {
-            IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
-            IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
-            ip => ip,
-        };
-        let waker_sock = UdpSocket::bind(SocketAddr::new(loopback, 0))?;
-        let waker_addr = waker_sock.local_addr()?;
+        let (waker_sock, waker_addr) = Waker::socket_for(local)?;
         Ok(StdUdp {
             sock,
-            waker_sock: Arc::new(waker_sock),
+            waker_sock,
             waker_addr,
             stats: DatapathStats::default(),
             rx_buf: vec![0; RX_BUF],

@@ -29,7 +29,7 @@ use crate::datapath::{Datapath, DatapathStats, RxBatch, RxMeta, Tx, Waker, MAX_U
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use serde::Serialize;
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -338,17 +338,11 @@ impl Core {
             None
         };
         let local = sock.local_addr()?;
-        let loopback = match local.ip() {
-            IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
-            IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
-            ip => ip,
-        };
-        let waker_sock = UdpSocket::bind(SocketAddr::new(loopback, 0))?;
-        let waker_addr = waker_sock.local_addr()?;
+        let (waker_sock, waker_addr) = Waker::socket_for(local)?;
         Ok(Core {
             sock,
             v6: local.is_ipv6(),
-            waker_sock: Arc::new(waker_sock),
+            waker_sock,
             waker_addr,
             gso,
             zc,
