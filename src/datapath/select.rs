@@ -88,7 +88,7 @@ pub fn probe() -> &'static Caps {
 #[cfg(target_os = "linux")]
 fn probe_now() -> Caps {
     let m = crate::sys::mmsg::probe();
-    let u = crate::sys::uring::probe();
+    let u = crate::dgram::probe();
     Caps {
         kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
             .map(|s| s.trim().to_string())

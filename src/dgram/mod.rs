@@ -46,9 +46,10 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-/// What io_uring offers on this machine.
+/// What io_uring offers on this machine (probed once per process, then cached).
 pub fn probe() -> UringCaps {
-    crate::sys::uring::probe()
+    static CAPS: std::sync::OnceLock<UringCaps> = std::sync::OnceLock::new();
+    *CAPS.get_or_init(crate::sys::uring::probe)
 }
 
 /// Which engine to run on.
