@@ -7,6 +7,7 @@
 //! - [`dgram`]: asynchronous UDP datagrams (post/complete, registered buffer pool; Linux).
 //! - [`transfer`]: file transfer with an end-to-end BLAKE3 digest trailer.
 //! - [`cli`]: the `slipstream` command line.
+//! - [`netem`]: the link emulator between two network namespaces (`slipstream netem`).
 //! - [`plot`]: SVG line charts for benchmark reports.
 
 pub mod api;
@@ -15,6 +16,8 @@ pub mod cli;
 pub mod datapath;
 #[cfg(target_os = "linux")]
 pub mod dgram;
+#[cfg(target_os = "linux")]
+pub mod netem;
 pub mod plot;
 mod runtime;
 mod sys;

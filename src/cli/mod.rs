@@ -8,6 +8,7 @@
 mod caps;
 mod demo;
 mod live;
+mod netem;
 pub mod uri;
 
 use crate::api::{Connection, Endpoint, EndpointOptions};
@@ -132,6 +133,10 @@ enum Command {
     /// Measure the datapaths without the protocol (datagram throughput cells and tables).
     #[command(subcommand)]
     Bench(crate::bench::BenchCmd),
+    /// Link emulator between two network namespaces (rate, delay, jitter, loss, reordering,
+    /// duplication) for any traffic: `netem up NAME --rate 1gbit --delay 25ms --loss 1%`.
+    #[command(subcommand)]
+    Netem(netem::NetemCmd),
 }
 
 /// Runs the command line with the congestion controllers of `registry` available to `--cc`.
@@ -161,6 +166,7 @@ pub fn run_with(registry: CcRegistry) -> ExitCode {
             common,
         } => demo::run(size, loss, delay, &common, &registry),
         Command::Bench(cmd) => crate::bench::run(cmd),
+        Command::Netem(cmd) => netem::run(cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

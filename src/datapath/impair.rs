@@ -8,7 +8,7 @@
 //! with each datagram through the link as a 19-byte prefix (counted by the link's rate limit).
 
 use super::{Datapath, DatapathStats, RxBatch, Tx, Waker};
-use slipstream_proto::sim::{Link, LinkConfig};
+use slipstream_proto::sim::{GilbertElliott, Link, LinkConfig};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -43,6 +43,9 @@ impl Impairment {
     }
 
     /// Parses a netem-like spec: comma-separated `key=value` pairs among `loss=2%`,
+    /// `burst=P/R[/BAD[/GOOD]]` (Gilbert–Elliott bursty loss, replacing `loss`: P is the
+    /// chance per packet of entering the bad state, R of leaving it, BAD and GOOD the loss
+    /// ratios in each state, default 100% and 0%, as netem's `gemodel p r 1-h 1-k`),
     /// `delay=20ms`, `jitter=2ms`, `reorder=1%`, `dup=0.1%`, `rate=100mbit`, `queue=4m`
     /// (bytes), `mtu=1500`, `seed=7`. Ratios take `%` or a plain fraction; durations take
     /// `us`, `ms` or `s` (plain numbers are milliseconds); rates take `kbit`, `mbit`, `gbit`.
@@ -58,6 +61,7 @@ impl Impairment {
             let v = v.trim();
             match k.trim() {
                 "loss" => imp.link.loss = ratio(v)?,
+                "burst" | "gemodel" => imp.link.burst = Some(gilbert_elliott(v)?),
                 "delay" => imp.link.delay = duration(v)?,
                 "jitter" => imp.link.jitter = duration(v)?,
                 "reorder" => imp.link.reorder = ratio(v)?,
@@ -68,17 +72,79 @@ impl Impairment {
                 "seed" => imp.seed = v.parse().map_err(|_| format!("bad seed '{v}'"))?,
                 other => {
                     return Err(format!(
-                        "unknown impairment '{other}' (known: loss, delay, jitter, reorder, dup, \
-                         rate, queue, mtu, seed)"
+                        "unknown impairment '{other}' (known: loss, burst, delay, jitter, reorder, \
+                         dup, rate, queue, mtu, seed)"
                     ))
                 }
             }
         }
         Ok(imp)
     }
+
+    /// The spec [`Impairment::parse`] reads back into this impairment (durations to the
+    /// nanosecond, ratios as exact fractions).
+    pub fn to_spec(&self) -> String {
+        let l = &self.link;
+        let mut s = format!(
+            "delay={}us,jitter={}us,loss={},reorder={},dup={},queue={},mtu={},seed={}",
+            l.delay.as_nanos() as f64 / 1e3,
+            l.jitter.as_nanos() as f64 / 1e3,
+            l.loss,
+            l.reorder,
+            l.dup,
+            l.queue_bytes,
+            l.mtu,
+            self.seed
+        );
+        if let Some(r) = l.rate_bps {
+            s += &format!(",rate={r}bit");
+        }
+        if let Some(ge) = l.burst {
+            s += &format!(
+                ",burst={}/{}/{}/{}",
+                ge.p_good_to_bad, ge.p_bad_to_good, ge.loss_bad, ge.loss_good
+            );
+        }
+        s
+    }
 }
 
-fn ratio(v: &str) -> Result<f64, String> {
+/// `P/R[/BAD[/GOOD]]`, each a ratio (see [`Impairment::parse`]).
+pub(crate) fn gilbert_elliott(v: &str) -> Result<GilbertElliott, String> {
+    let parts: Vec<&str> = v.split(['/', ',']).map(str::trim).collect();
+    if !(2..=4).contains(&parts.len()) {
+        return Err(format!(
+            "bad burst loss '{v}': expected P/R[/BAD[/GOOD]], e.g. 1%/30%"
+        ));
+    }
+    let ge = GilbertElliott {
+        p_good_to_bad: ratio(parts[0])?,
+        p_bad_to_good: ratio(parts[1])?,
+        loss_bad: parts.get(2).map_or(Ok(1.0), |p| ratio(p))?,
+        loss_good: parts.get(3).map_or(Ok(0.0), |p| ratio(p))?,
+    };
+    if ge.p_bad_to_good <= 0.0 {
+        return Err(format!(
+            "bad burst loss '{v}': R (leaving the bad state) must be above 0"
+        ));
+    }
+    Ok(ge)
+}
+
+impl Impairment {
+    /// Long-run loss ratio of the configured loss model.
+    pub fn mean_loss(&self) -> f64 {
+        match self.link.burst {
+            None => self.link.loss,
+            Some(ge) => {
+                let bad = ge.p_good_to_bad / (ge.p_good_to_bad + ge.p_bad_to_good);
+                bad * ge.loss_bad + (1.0 - bad) * ge.loss_good
+            }
+        }
+    }
+}
+
+pub(crate) fn ratio(v: &str) -> Result<f64, String> {
     let (num, scale) = match v.strip_suffix('%') {
         Some(n) => (n, 0.01),
         None => (v, 1.0),
@@ -95,7 +161,7 @@ fn ratio(v: &str) -> Result<f64, String> {
     }
 }
 
-fn duration(v: &str) -> Result<Duration, String> {
+pub(crate) fn duration(v: &str) -> Result<Duration, String> {
     let bad = || format!("bad duration '{v}' (e.g. 20ms, 500us, 1s)");
     let (num, unit) = if let Some(n) = v.strip_suffix("us") {
         (n, 1e-6)
@@ -113,7 +179,7 @@ fn duration(v: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(x * unit))
 }
 
-fn rate(v: &str) -> Result<u64, String> {
+pub(crate) fn rate(v: &str) -> Result<u64, String> {
     let l = v.to_ascii_lowercase();
     let (num, mul) = [("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3), ("bit", 1.0)]
         .iter()
@@ -129,7 +195,7 @@ fn rate(v: &str) -> Result<u64, String> {
     Ok((x * mul) as u64)
 }
 
-fn bytes(v: &str) -> Result<usize, String> {
+pub(crate) fn bytes(v: &str) -> Result<usize, String> {
     let l = v.to_ascii_lowercase();
     let (num, mul) = match l.chars().last() {
         Some('k') => (&l[..l.len() - 1], 1 << 10),
@@ -296,6 +362,22 @@ mod tests {
         assert!(Impairment::parse("loss=200%").is_err());
         assert!(Impairment::parse("bogus=1").is_err());
         assert!(Impairment::parse("loss").is_err());
+    }
+
+    #[test]
+    fn burst_loss_and_spec_round_trip() {
+        let i =
+            Impairment::parse("burst=1%/30%,delay=12.5ms,jitter=3us,rate=1gbit,dup=0.1%").unwrap();
+        let ge = i.link.burst.unwrap();
+        assert_eq!((ge.p_good_to_bad, ge.p_bad_to_good), (0.01, 0.3));
+        assert_eq!((ge.loss_bad, ge.loss_good), (1.0, 0.0));
+        assert!((i.mean_loss() - 0.01 / 0.31).abs() < 1e-12);
+        assert_eq!(Impairment::parse(&i.to_spec()).unwrap(), i);
+        let j = Impairment::parse("loss=0.1%,reorder=2%,queue=64k,mtu=9000,seed=3").unwrap();
+        assert_eq!(Impairment::parse(&j.to_spec()).unwrap(), j);
+        assert!(Impairment::parse("burst=1%").is_err());
+        assert!(Impairment::parse("burst=1%/0").is_err());
+        assert!(Impairment::parse("burst=1%/2%/3%/4%/5%").is_err());
     }
 
     #[test]
