@@ -4,10 +4,13 @@
 //!   or a veth pair between two network namespaces ([`netns`]).
 //! - `bench dgram-table`: the matrix of sizes × datapaths ([`table`]), after Table 3 and
 //!   Fig. 8 of the asynchronous-UDP paper, as markdown, JSON lines and SVG charts.
+//! - `bench transfer`: one file moved by slipstream, kernel TCP, libsrt and UDT over loopback
+//!   and emulated paths, side by side ([`transfer`]).
 
 pub mod dgram;
 pub mod netns;
 pub mod table;
+pub mod transfer;
 
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
@@ -21,6 +24,10 @@ pub enum BenchCmd {
     /// The matrix of payload sizes × datapaths (median of --repeat runs per cell), written
     /// as DIR/dgram-<path>.md, .jsonl and .svg.
     DgramTable(TableArgs),
+    /// The same file transfer with slipstream, kernel TCP (CUBIC, BBR), srt-file-transmit and
+    /// UDT over loopback and emulated 1 Gbit/s paths, side by side: DIR/transfer.md, .jsonl
+    /// and .svg charts.
+    Transfer(transfer::TransferArgs),
 }
 
 /// Options of `bench dgram`.
@@ -115,6 +122,7 @@ pub fn run(cmd: BenchCmd) -> Result<(), String> {
             mtu: a.mtu,
             out_dir: a.out_dir,
         }),
+        BenchCmd::Transfer(a) => transfer::run(&a),
     }
 }
 
