@@ -618,35 +618,40 @@ fn watch(rx: &mut Peer, tx: &mut Peer, cap: Instant) -> Result<(), String> {
     tx.kill()
 }
 
-/// Why a run is incomplete, for the record: the cap, or the last line a failing peer wrote.
+/// Why a run is incomplete, for the record: the cap or the failing peer, with the last line
+/// each peer wrote to stderr.
 fn failure_reason(
     work: &Path,
     rx: measure::Outcome,
     tx: Option<measure::Outcome>,
     capped: bool,
 ) -> String {
-    if capped {
-        return "time cap reached".into();
-    }
     let last_line = |f: &str| -> String {
         std::fs::read_to_string(work.join(f))
             .unwrap_or_default()
             .lines()
             .rev()
             .find(|l| !l.trim().is_empty())
-            .unwrap_or("")
+            .unwrap_or("(nothing)")
             .trim()
             .chars()
-            .take(200)
+            .take(160)
             .collect()
     };
-    if !rx.status.success() {
-        format!("receiver {}: {}", rx.status, last_line("rx.err"))
+    let what = if capped {
+        "time cap reached".to_string()
+    } else if !rx.status.success() {
+        format!("receiver {}", rx.status)
     } else if let Some(tx) = tx.filter(|o| !o.status.success()) {
-        format!("sender {}: {}", tx.status, last_line("tx.err"))
+        format!("sender {}", tx.status)
     } else {
         "output differs from the input".into()
-    }
+    };
+    format!(
+        "{what}; receiver said: {}; sender said: {}",
+        last_line("rx.err"),
+        last_line("tx.err")
+    )
 }
 
 /// One progress line.
@@ -755,8 +760,12 @@ fn method_notes(runs: &[RunRecord]) -> Vec<String> {
     }
     if runs.iter().any(|r| r.emulator_cpu_s.is_some()) {
         n.push(
-            "Emulator CPU s: CPU time of the user-space link emulator during the run (it shares \
-             the machine's CPUs with both ends)."
+            "Emulator CPU s: CPU time of the user-space link emulator during the run; it shares \
+             the machine's CPUs with both ends. Its writes into each namespace's TUN device run \
+             the kernel's receive path there, so kernel protocol work on arriving packets is \
+             charged to the emulator, not to the tools: on emulated paths this leaves kernel \
+             TCP (whose sender also transmits from ACK processing) with a CPU column far below \
+             its real cost. Compare CPU on loopback."
                 .into(),
         );
     }
