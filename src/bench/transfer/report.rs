@@ -183,10 +183,38 @@ pub fn markdown(header: &str, cells: &[Cell], notes: &[String]) -> String {
             out.push('\n');
         }
     }
-    if !notes.is_empty() {
+    let mut all: Vec<String> = notes.to_vec();
+    all.extend(cell_notes(cells));
+    if !all.is_empty() {
         out.push_str("\n## Notes\n\n");
-        for n in notes {
+        for n in all {
             out.push_str(&format!("- {n}\n"));
+        }
+    }
+    out
+}
+
+/// Footnotes of the table rows: why a run is incomplete, why a count is missing.
+fn cell_notes(cells: &[Cell]) -> Vec<String> {
+    let mut out = Vec::new();
+    for c in cells {
+        let r = &c.median;
+        if !r.complete {
+            out.push(format!(
+                "{} {}: incomplete, {} of {} bytes in {:.1} s ({}).",
+                r.scenario,
+                r.tool,
+                r.bytes_received,
+                r.size_bytes,
+                r.seconds,
+                r.error.as_deref().unwrap_or("no reason recorded")
+            ));
+        }
+        if let Some(why) = &r.retrans_missing {
+            out.push(format!(
+                "{} {}: no retransmission count ({why}).",
+                r.scenario, r.tool
+            ));
         }
     }
     out
@@ -335,6 +363,10 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("| rtt50-loss1 | srt | 300* |"), "{md}");
+        assert!(
+            md.contains("- rtt50-loss1 srt: incomplete, 1000 of 1000 bytes in 1.0 s (no reason"),
+            "{md}"
+        );
         assert!(md.contains("- a note\n"));
     }
 

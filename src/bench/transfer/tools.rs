@@ -246,7 +246,7 @@ impl Toolbox {
                 let v = read_json(&plan.file("tx.json"))?;
                 let c = &v["connection"];
                 ratio(&c["pkts_retransmitted"], &c["pkts_sent"])
-                    .ok_or_else(|| "no connection.pkts_sent in the sender's stats".into())
+                    .map_err(|e| format!("sender's stats: {e}"))
             }
             Tool::TcpCubic | Tool::TcpBbr => {
                 let (before, after) = tcp.ok_or("no TCP counters were read")?;
@@ -260,23 +260,29 @@ impl Toolbox {
                 let v = last_json_line(&text).ok_or("no JSON in the receiver's stats")?;
                 let r = &v["recv"];
                 ratio(&r["packetsRetransmitted"], &r["packets"])
-                    .ok_or_else(|| "no recv.packets in the receiver's stats".into())
+                    .map_err(|e| format!("receiver's stats: {e}"))
             }
             Tool::Udt => {
                 let text = std::fs::read_to_string(plan.tx_stdout())
                     .map_err(|e| format!("sender output: {e}"))?;
                 let v = last_json_line(&text).ok_or("no JSON line from udtperf send")?;
-                ratio(&v["pkts_retrans"], &v["pkts_sent"])
-                    .ok_or_else(|| "no pkts_sent from udtperf send".into())
+                ratio(&v["pkts_retrans"], &v["pkts_sent"]).map_err(|e| format!("udtperf send: {e}"))
             }
         }
     }
 }
 
-/// `num / den` of two JSON numbers, if `den` > 0.
-fn ratio(num: &serde_json::Value, den: &serde_json::Value) -> Option<f64> {
-    let (n, d) = (num.as_f64()?, den.as_f64()?);
-    (d > 0.0).then(|| n / d)
+/// `num / den` of two JSON counters: retransmitted packets and all packets sent (or received).
+fn ratio(num: &serde_json::Value, den: &serde_json::Value) -> Result<f64, String> {
+    let (Some(n), Some(d)) = (num.as_f64(), den.as_f64()) else {
+        return Err("counters missing".into());
+    };
+    if d <= 0.0 || n < 0.0 || n > d {
+        return Err(format!(
+            "inconsistent counters: {n} retransmitted of {d} packets"
+        ));
+    }
+    Ok(n / d)
 }
 
 fn read_json(path: &Path) -> Result<serde_json::Value, String> {
@@ -403,8 +409,12 @@ mod tests {
         assert_eq!(last_json_line(text).unwrap()["a"], 2);
         assert!(last_json_line("[1]\n").is_none());
         let v: serde_json::Value = serde_json::json!({"n": 5, "d": 100, "z": 0});
-        assert_eq!(ratio(&v["n"], &v["d"]), Some(0.05));
-        assert_eq!(ratio(&v["n"], &v["z"]), None);
+        assert_eq!(ratio(&v["n"], &v["d"]), Ok(0.05));
+        assert!(ratio(&v["n"], &v["z"]).is_err());
+        assert!(ratio(&v["d"], &v["n"])
+            .unwrap_err()
+            .contains("100 retransmitted of 5"));
+        assert!(ratio(&v["x"], &v["d"]).is_err());
     }
 
     #[test]
