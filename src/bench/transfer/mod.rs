@@ -692,8 +692,8 @@ fn header(cfg: &TransferConfig, versions: &BTreeMap<Tool, String>, wall: Instant
          Each row is the median (by goodput) of {} run(s). Goodput: bytes the receiver wrote \
          divided by the time from the sender's start to the receiver's exit (or to the time cap \
          of {} s, when both ends are killed). Complete: the receiver exited 0 and its output \
-         equals the input (size and BLAKE3); goodput marked * is of an incomplete run (partial \
-         bytes). CPU: user + system time of the sender and receiver processes per GB \
+         equals the input (size and BLAKE3); goodput and CPU marked * are of an incomplete run \
+         (partial bytes). CPU: user + system time of the sender and receiver processes per GB \
          delivered. Input and output files are in /dev/shm. Emulated paths (`slipstream \
          netem`): 1 Gbit/s each way, one-way delay RTT/2 each way, random loss each way, \
          drop-tail queue of one bandwidth-delay product; sender and receiver in two network \

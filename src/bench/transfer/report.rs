@@ -158,7 +158,13 @@ pub fn markdown(header: &str, cells: &[Cell], notes: &[String]) -> String {
             let util = r
                 .utilisation
                 .map_or("–".into(), |u| format!("{:.1} %", u * 100.0));
-            let cpu = r.cpu_s_per_gb.map_or("–".into(), fmt_num);
+            let cpu = r.cpu_s_per_gb.map_or("–".into(), |v| {
+                if r.complete {
+                    fmt_num(v)
+                } else {
+                    format!("{}*", fmt_num(v))
+                }
+            });
             let retx = r.retrans_fraction.map_or("–".into(), percent);
             let complete = if c.runs == 1 {
                 if r.complete { "yes" } else { "**no**" }.to_string()
