@@ -367,17 +367,12 @@ fn rate_probe(rate: u64, seconds: f64) -> Result<RateResult, String> {
         let mut buf = [0u8; 2048];
         let mut start: Option<Instant> = None;
         let (mut bytes, mut last) = (0u64, None);
-        loop {
-            match s.recv_from(&mut buf) {
-                Ok((n, _)) => {
-                    let now = Instant::now();
-                    let t0 = *start.get_or_insert(now);
-                    if now - t0 >= Duration::from_secs_f64(warm) {
-                        bytes += (n + HEADERS) as u64;
-                        last = Some(now);
-                    }
-                }
-                Err(_) => break,
+        while let Ok((n, _)) = s.recv_from(&mut buf) {
+            let now = Instant::now();
+            let t0 = *start.get_or_insert(now);
+            if now - t0 >= Duration::from_secs_f64(warm) {
+                bytes += (n + HEADERS) as u64;
+                last = Some(now);
             }
         }
         let t0 = start.ok_or("no datagram arrived")?;
