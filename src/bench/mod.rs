@@ -4,12 +4,15 @@
 //!   or a veth pair between two network namespaces ([`netns`]).
 //! - `bench dgram-table`: the matrix of sizes × datapaths ([`table`]), after Table 3 and
 //!   Fig. 8 of the asynchronous-UDP paper, as markdown, JSON lines and SVG charts.
+//! - `bench transfer`: one file moved by slipstream, kernel TCP, libsrt and UDT over loopback
+//!   and emulated paths, side by side ([`transfer`]).
 
 pub mod dgram;
 #[cfg(target_os = "linux")]
 pub mod netem;
 pub mod netns;
 pub mod table;
+pub mod transfer;
 
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
@@ -26,6 +29,10 @@ pub enum BenchCmd {
     /// Accuracy of the link emulator (`slipstream netem`): added delay, delivered rate and
     /// loss ratio against their configured values, and the emulator's CPU use (needs root).
     Netem(NetemArgs),
+    /// The same file transfer with slipstream, kernel TCP (CUBIC, BBR), srt-file-transmit and
+    /// UDT over loopback and emulated 1 Gbit/s paths, side by side: DIR/transfer.md, .jsonl
+    /// and .svg charts.
+    Transfer(transfer::TransferArgs),
 }
 
 /// Options of `bench netem`.
@@ -134,6 +141,7 @@ pub fn run(cmd: BenchCmd) -> Result<(), String> {
             mtu: a.mtu,
             out_dir: a.out_dir,
         }),
+        BenchCmd::Transfer(a) => transfer::run(&a),
         BenchCmd::Netem(a) => run_netem(a),
     }
 }

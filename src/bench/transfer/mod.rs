@@ -1,0 +1,868 @@
+//! `slipstream bench transfer`: the same file transfer with slipstream, kernel TCP (CUBIC and
+//! BBR), libsrt's `srt-file-transmit` and UDT4, one after another over the same path, reported
+//! side by side.
+//!
+//! Paths ([`path`]): loopback, and an emulated 1 Gbit/s link between two network namespaces
+//! (`slipstream netem`) at several round-trip times and loss rates. Tools ([`tools`]): how each
+//! is started and where its retransmission count comes from; kernel TCP runs through this
+//! binary's own minimal peer ([`tcp`]). Each run ([`run_once`]): one random input in /dev/shm,
+//! receiver started and seen listening, sender started, both watched until the receiver exits
+//! or the time cap; the output is compared with the input (size and BLAKE3); CPU, retransmitted
+//! share and emulator CPU are recorded ([`measure`]). Results ([`report`]): JSON lines per run,
+//! markdown tables of the median run per cell, and SVG charts.
+
+pub mod measure;
+pub mod path;
+pub mod report;
+pub mod tcp;
+pub mod tools;
+
+use clap::Args;
+use measure::{Peer, Sampler, TcpCounters};
+use path::{NetPath, Scenario};
+use report::RunRecord;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::time::{Duration, Instant};
+use tools::{Plan, Tool, Toolbox};
+
+/// Options of `bench transfer`.
+#[derive(Debug, Args)]
+pub struct TransferArgs {
+    /// Tools, comma-separated: slipstream, tcp-cubic, tcp-bbr, srt, udt [default: all].
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    tools: Option<Vec<String>>,
+    /// Scenarios, comma-separated: loopback, rtt{10,50,200}-loss{0,0.1,1,5} (any rttMS-lossPCT
+    /// works) [default: all 13; with --quick: loopback, rtt50-loss0, rtt50-loss1,
+    /// rtt200-loss1]. Emulated scenarios need root; by default they are skipped with a note
+    /// when not root.
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    scenarios: Option<Vec<String>>,
+    /// Size of the file, MiB [default: 1024 on loopback, 256 emulated; --quick: 256 and 64].
+    #[arg(long, value_name = "MIB")]
+    size: Option<u64>,
+    /// Longest a run may take, seconds; then both ends are killed and the run is reported
+    /// incomplete [default: 60; --quick: 15].
+    #[arg(long, value_name = "SECS")]
+    time_cap: Option<f64>,
+    /// Runs per cell; the median by goodput is reported.
+    #[arg(long, value_name = "K", default_value_t = 1)]
+    repeat: usize,
+    /// Scenario whose goodput over time is sampled and plotted ("none": no timeline).
+    #[arg(long, value_name = "SCENARIO", default_value = "rtt50-loss1")]
+    timeline: String,
+    /// A subset that finishes in a few minutes (see --scenarios, --size, --time-cap).
+    #[arg(long)]
+    quick: bool,
+    /// Output directory for transfer.md, transfer.jsonl and the SVG charts.
+    #[arg(long, value_name = "DIR", default_value = "bench-results")]
+    out_dir: PathBuf,
+    /// Also print one JSON object per run to stdout, and a summary object as the last line.
+    #[arg(long)]
+    json: bool,
+    /// Fail instead of skipping a tool that is missing or a scenario that needs root.
+    #[arg(long)]
+    require_all: bool,
+    /// Sources of the UDT peer (build.sh, udtperf.cpp), built on first use next to this
+    /// binary [default: tools/udt of this source tree].
+    #[arg(long, value_name = "DIR")]
+    udt_dir: Option<PathBuf>,
+    /// Internal: run as one end of a kernel-TCP transfer (`recv PORT FILE` or
+    /// `send HOST:PORT FILE CC`).
+    #[arg(long, hide = true, num_args = 3..=4, value_name = "ARG")]
+    tcp_peer: Option<Vec<String>>,
+}
+
+/// Scenarios of `--quick`.
+const QUICK_SCENARIOS: [&str; 4] = ["loopback", "rtt50-loss0", "rtt50-loss1", "rtt200-loss1"];
+/// Longest wait for a receiver to listen.
+const LISTEN_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one end may outlive the other: the receiver after a failed sender, the sender
+/// after the receiver is done.
+const GRACE: Duration = Duration::from_secs(5);
+/// Interval of the output-size samples.
+const SAMPLE_EVERY: Duration = Duration::from_millis(100);
+
+/// What one invocation covers, after parsing and defaults.
+#[derive(Debug, Clone)]
+pub struct TransferConfig {
+    /// Tools, in report order.
+    pub tools: Vec<Tool>,
+    /// Scenarios, in run order.
+    pub scenarios: Vec<Scenario>,
+    /// Whether the scenarios were asked for (else emulated ones are skipped when not root).
+    pub scenarios_explicit: bool,
+    /// File size override, bytes.
+    pub size: Option<u64>,
+    /// Whether --quick (smaller default sizes).
+    pub quick: bool,
+    /// Time cap per run.
+    pub time_cap: Duration,
+    /// Runs per cell.
+    pub repeat: usize,
+    /// The scenario whose timeline is plotted.
+    pub timeline: Option<Scenario>,
+    /// Output directory.
+    pub out_dir: PathBuf,
+    /// JSON lines on stdout.
+    pub json: bool,
+    /// Missing tools and root are errors.
+    pub require_all: bool,
+    /// UDT peer sources.
+    pub udt_dir: PathBuf,
+}
+
+impl TransferConfig {
+    /// Checks and completes the options (no side effects, no root needed).
+    pub fn from_args(a: &TransferArgs) -> Result<TransferConfig, String> {
+        let tools = match &a.tools {
+            None => Tool::ALL.to_vec(),
+            Some(names) => {
+                let mut v = Vec::new();
+                for n in names {
+                    let t = Tool::parse(n.trim()).map_err(|e| format!("--tools: {e}"))?;
+                    if !v.contains(&t) {
+                        v.push(t);
+                    }
+                }
+                v.sort();
+                v
+            }
+        };
+        let names: Vec<String> = match &a.scenarios {
+            Some(v) => v.clone(),
+            None if a.quick => QUICK_SCENARIOS.iter().map(|s| s.to_string()).collect(),
+            None => Scenario::all().iter().map(Scenario::name).collect(),
+        };
+        let mut scenarios: Vec<Scenario> = Vec::new();
+        for n in &names {
+            let s = Scenario::parse(n.trim()).map_err(|e| format!("--scenarios: {e}"))?;
+            if !scenarios.contains(&s) {
+                scenarios.push(s);
+            }
+        }
+        if tools.is_empty() || scenarios.is_empty() {
+            return Err("--tools and --scenarios must not be empty".into());
+        }
+        let timeline = match a.timeline.as_str() {
+            "none" => None,
+            s => Some(Scenario::parse(s).map_err(|e| format!("--timeline: {e}"))?),
+        };
+        let cap = a.time_cap.unwrap_or(if a.quick { 15.0 } else { 60.0 });
+        if !(cap.is_finite() && (1.0..=3600.0).contains(&cap)) {
+            return Err(format!("--time-cap {cap}: must be within 1..=3600 seconds"));
+        }
+        if !(1..=99).contains(&a.repeat) {
+            return Err(format!("--repeat {}: must be within 1..=99", a.repeat));
+        }
+        if let Some(s) = a.size {
+            if !(1..=16384).contains(&s) {
+                return Err(format!("--size {s}: must be within 1..=16384 MiB"));
+            }
+        }
+        Ok(TransferConfig {
+            tools,
+            scenarios,
+            scenarios_explicit: a.scenarios.is_some(),
+            size: a.size.map(|s| s << 20),
+            quick: a.quick,
+            time_cap: Duration::from_secs_f64(cap),
+            repeat: a.repeat,
+            timeline,
+            out_dir: a.out_dir.clone(),
+            json: a.json,
+            require_all: a.require_all,
+            udt_dir: a
+                .udt_dir
+                .clone()
+                .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/udt")),
+        })
+    }
+
+    /// The file size for `scenario`: a few seconds at line rate.
+    pub fn size_for(&self, scenario: &Scenario) -> u64 {
+        self.size
+            .unwrap_or(match (scenario.is_emulated(), self.quick) {
+                (false, false) => 1024 << 20,
+                (false, true) => 256 << 20,
+                (true, false) => 256 << 20,
+                (true, true) => 64 << 20,
+            })
+    }
+}
+
+/// Runs `bench transfer` (or, with `--tcp-peer`, one end of a kernel-TCP transfer).
+pub fn run(a: &TransferArgs) -> Result<(), String> {
+    if let Some(peer) = &a.tcp_peer {
+        return tcp::run_peer(peer);
+    }
+    let cfg = TransferConfig::from_args(a)?;
+    run_matrix(&cfg)
+}
+
+/// The working directory of one invocation in /dev/shm (inputs, outputs, logs), removed on
+/// drop; one left by a killed invocation is removed by the next.
+#[derive(Debug)]
+struct Workspace {
+    dir: PathBuf,
+}
+
+/// Prefix of the workspace directories: `/dev/shm/slipstream-bt-<pid>`.
+const WORKSPACE_PREFIX: &str = "slipstream-bt-";
+
+impl Workspace {
+    fn create() -> Result<Workspace, String> {
+        let shm = Path::new("/dev/shm");
+        if let Ok(rd) = std::fs::read_dir(shm) {
+            for e in rd.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let pid = name
+                    .strip_prefix(WORKSPACE_PREFIX)
+                    .and_then(|p| p.parse::<u32>().ok());
+                if let Some(pid) = pid {
+                    if !super::netns::alive(pid) {
+                        let _ = std::fs::remove_dir_all(e.path());
+                    }
+                }
+            }
+        }
+        let dir = shm.join(format!("{WORKSPACE_PREFIX}{}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        Ok(Workspace { dir })
+    }
+
+    /// An empty subdirectory `name` (emptied if it existed).
+    fn fresh(&self, name: &str) -> Result<PathBuf, String> {
+        let d = self.dir.join(name);
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+        Ok(d)
+    }
+}
+
+impl Drop for Workspace {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.dir) {
+            eprintln!("warning: could not remove {}: {e}", self.dir.display());
+        }
+    }
+}
+
+/// A random input file and its digest.
+#[derive(Debug)]
+struct Input {
+    path: PathBuf,
+    size: u64,
+    blake3: blake3::Hash,
+}
+
+impl Input {
+    /// Writes `size` pseudo-random bytes (BLAKE3 in XOF mode, seeded from the clock and pid:
+    /// incompressible, and new every invocation) to `dir/input.bin`.
+    fn create(dir: &Path, size: u64) -> Result<Input, String> {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let path = dir.join("input.bin");
+        let seed = format!("{:?} {}", std::time::SystemTime::now(), std::process::id());
+        let mut xof = blake3::Hasher::new().update(seed.as_bytes()).finalize_xof();
+        let mut f = std::io::BufWriter::new(
+            std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?,
+        );
+        let mut h = blake3::Hasher::new();
+        let mut buf = vec![0u8; 1 << 20];
+        let mut left = size;
+        while left > 0 {
+            let n = left.min(buf.len() as u64) as usize;
+            xof.fill(&mut buf[..n]);
+            h.update(&buf[..n]);
+            f.write_all(&buf[..n])
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            left -= n as u64;
+        }
+        f.flush().map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(Input {
+            path,
+            size,
+            blake3: h.finalize(),
+        })
+    }
+}
+
+static NEXT_PORT: AtomicU16 = AtomicU16::new(0);
+
+/// A port for the next run: a new one each time (no TIME_WAIT or lingering socket of an
+/// earlier run in the way), skipping ports in use in this namespace.
+fn next_port() -> u16 {
+    let base = 20_000 + (std::process::id() % 1000) as u16 * 40;
+    for _ in 0..1000 {
+        let p = base + NEXT_PORT.fetch_add(1, Ordering::Relaxed) % 4000;
+        if !port_in_use(p) {
+            return p;
+        }
+    }
+    base
+}
+
+fn port_in_use(port: u16) -> bool {
+    let want = format!(":{port:04X} ");
+    ["tcp", "tcp6", "udp", "udp6"]
+        .iter()
+        .any(|f| std::fs::read_to_string(format!("/proc/net/{f}")).is_ok_and(|t| t.contains(&want)))
+}
+
+/// Everything the runs of one invocation share.
+struct Bench<'a> {
+    cfg: &'a TransferConfig,
+    toolbox: Toolbox,
+    ws: Workspace,
+    jsonl: std::fs::File,
+    runs: Vec<RunRecord>,
+    done: usize,
+    total: usize,
+}
+
+/// Runs the whole matrix and writes the reports.
+pub fn run_matrix(cfg: &TransferConfig) -> Result<(), String> {
+    let wall = Instant::now();
+    let exe = std::env::current_exe().map_err(|e| format!("finding this binary: {e}"))?;
+    let mut notes: Vec<String> = Vec::new();
+    let mut scenarios = cfg.scenarios.clone();
+    if scenarios.iter().any(Scenario::is_emulated) && !super::netns::is_root() {
+        if cfg.require_all || cfg.scenarios_explicit {
+            return Err(
+                "emulated scenarios need root (network namespaces and the link emulator)".into(),
+            );
+        }
+        eprintln!("note: skipping the emulated scenarios (they need root)");
+        notes.push("Emulated scenarios skipped: not run as root.".into());
+        scenarios.retain(|s| !s.is_emulated());
+    }
+    if scenarios.iter().any(Scenario::is_emulated) {
+        path::remove_stale(&exe);
+    }
+    // Tools: those that cannot run here are skipped (or fail the run with --require-all).
+    let mut versions: BTreeMap<Tool, String> = BTreeMap::new();
+    let mut skipped: BTreeMap<Tool, String> = BTreeMap::new();
+    let mut udtperf = None;
+    for &t in &cfg.tools {
+        let mut probe = tools::probe(t);
+        if t == Tool::Udt && probe.is_ok() {
+            let out = exe.with_file_name("udtperf");
+            match tools::build_udtperf(&cfg.udt_dir, &out) {
+                Ok(p) => udtperf = Some(p),
+                Err(e) => probe = Err(e),
+            }
+        }
+        match probe {
+            Ok(v) => {
+                versions.insert(t, v);
+            }
+            Err(why) if cfg.require_all => {
+                return Err(format!("tool {} is not available: {why}", t.name()));
+            }
+            Err(why) => {
+                eprintln!("note: skipping {}: {why}", t.name());
+                skipped.insert(t, why);
+            }
+        }
+    }
+    let tools: Vec<Tool> = cfg
+        .tools
+        .iter()
+        .copied()
+        .filter(|t| !skipped.contains_key(t))
+        .collect();
+    if tools.is_empty() {
+        return Err("no tool can run here".into());
+    }
+    std::fs::create_dir_all(&cfg.out_dir).map_err(|e| format!("{}: {e}", cfg.out_dir.display()))?;
+    let jsonl_path = cfg.out_dir.join("transfer.jsonl");
+    let jsonl =
+        std::fs::File::create(&jsonl_path).map_err(|e| format!("{}: {e}", jsonl_path.display()))?;
+    let mut bench = Bench {
+        cfg,
+        toolbox: Toolbox { exe, udtperf },
+        ws: Workspace::create()?,
+        jsonl,
+        runs: Vec::new(),
+        done: 0,
+        total: scenarios.len() * tools.len() * cfg.repeat,
+    };
+    let mut inputs: BTreeMap<u64, Input> = BTreeMap::new();
+    let mut failure = None;
+    for s in &scenarios {
+        if let Err(e) = bench.scenario(s, &tools, &mut inputs) {
+            eprintln!("error: scenario {}: {e}", s.name());
+            notes.push(format!("Scenario {} failed: {e}", s.name()));
+            failure.get_or_insert(format!("scenario {}: {e}", s.name()));
+        }
+    }
+    drop(inputs);
+    for (t, why) in &skipped {
+        notes.push(format!("{} skipped: {why}", t.name()));
+    }
+    notes.extend(method_notes(&bench.runs));
+    let cells = report::cells(&bench.runs, &scenarios, &tools);
+    let header = header(cfg, &versions, wall);
+    let md = report::markdown(&header, &cells, &notes);
+    let md_path = cfg.out_dir.join("transfer.md");
+    std::fs::write(&md_path, &md).map_err(|e| format!("{}: {e}", md_path.display()))?;
+    let mut files = vec![md_path, jsonl_path];
+    files.extend(
+        report::write_loss_charts(&cfg.out_dir, &cells, &tools).map_err(|e| e.to_string())?,
+    );
+    if let Some(t) = &cfg.timeline {
+        let p = cfg.out_dir.join("transfer-timeline.svg");
+        if report::write_timeline(&p, &t.name(), &cells).map_err(|e| e.to_string())? {
+            files.push(p);
+        }
+    }
+    println!("{md}");
+    let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+    eprintln!(
+        "wrote {} in {:.0} s",
+        names.join(", "),
+        wall.elapsed().as_secs_f64()
+    );
+    if cfg.json {
+        let summary = serde_json::json!({
+            "summary": {
+                "wall_seconds": wall.elapsed().as_secs_f64(),
+                "out_dir": cfg.out_dir,
+                "files": names,
+                "skipped": skipped.iter().map(|(t, w)| (t.name(), w)).collect::<BTreeMap<_, _>>(),
+                "cells": cells.iter().map(|c| serde_json::json!({
+                    "scenario": c.median.scenario,
+                    "tool": c.median.tool,
+                    "runs": c.runs,
+                    "complete_runs": c.complete_runs,
+                    "goodput_mbit_s": c.median.goodput_mbit_s,
+                    "utilisation": c.median.utilisation,
+                    "cpu_s_per_gb": c.median.cpu_s_per_gb,
+                    "retrans_fraction": c.median.retrans_fraction,
+                    "complete": c.median.complete,
+                })).collect::<Vec<_>>(),
+            }
+        });
+        println!("{summary}");
+    }
+    failure.map_or(Ok(()), Err)
+}
+
+impl Bench<'_> {
+    /// All runs of one scenario: its path is up for all of them; repetitions are the outer
+    /// loop, so the tools alternate and share whatever the machine is doing at the time.
+    fn scenario(
+        &mut self,
+        s: &Scenario,
+        tools: &[Tool],
+        inputs: &mut BTreeMap<u64, Input>,
+    ) -> Result<(), String> {
+        let size = self.cfg.size_for(s);
+        let input = match inputs.entry(size) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => {
+                eprintln!("writing a {} MiB random input", size >> 20);
+                let dir = self.ws.dir.join(format!("in-{size}"));
+                e.insert(Input::create(&dir, size)?)
+            }
+        };
+        let net = NetPath::create(*s, &self.toolbox.exe)?;
+        for k in 0..self.cfg.repeat {
+            for &t in tools {
+                self.done += 1;
+                let r = self.run_once(t, &net, input, k)?;
+                eprintln!(
+                    "[{}/{}] {} {} run {}/{}: {}",
+                    self.done,
+                    self.total,
+                    r.scenario,
+                    r.tool,
+                    k + 1,
+                    self.cfg.repeat,
+                    progress(&r)
+                );
+                let line = serde_json::to_string(&r).map_err(|e| e.to_string())?;
+                writeln!(self.jsonl, "{line}").map_err(|e| format!("transfer.jsonl: {e}"))?;
+                if self.cfg.json {
+                    println!("{line}");
+                }
+                self.runs.push(r);
+            }
+        }
+        Ok(())
+    }
+
+    /// One transfer of `input` with `tool` over `net`. Failures of the tool are results
+    /// (an incomplete run); failures of the harness are errors.
+    fn run_once(
+        &self,
+        tool: Tool,
+        net: &NetPath,
+        input: &Input,
+        repeat: usize,
+    ) -> Result<RunRecord, String> {
+        let out_dir = self.ws.fresh("out")?;
+        let work = self.ws.fresh("run")?;
+        let plan = Plan {
+            input: &input.path,
+            out_dir: &out_dir,
+            work: &work,
+            port: next_port(),
+            rx_addr: net.rx_addr,
+            tx_ns: net.tx_ns.as_deref(),
+            rx_ns: net.rx_ns.as_deref(),
+        };
+        let tcp_before = if tool.is_tcp() {
+            Some(TcpCounters::read(plan.tx_ns)?)
+        } else {
+            None
+        };
+        let emu_before = net.emulator_stats();
+        let mut rx = Peer::spawn("receiver", &mut self.toolbox.receiver(tool, &plan)?)?;
+        let listening = Instant::now();
+        let mut error = None;
+        let (tx, t0, samples) =
+            match measure::wait_listening(&mut rx, plan.port, tool.is_tcp(), LISTEN_TIMEOUT) {
+                Err(e) => {
+                    error = Some(e);
+                    (None, listening, Vec::new())
+                }
+                Ok(()) => {
+                    let t0 = Instant::now();
+                    let sampler = Sampler::start(out_dir.clone(), t0, SAMPLE_EVERY);
+                    let mut tx = Peer::spawn("sender", &mut self.toolbox.sender(tool, &plan)?)?;
+                    watch(&mut rx, &mut tx, t0 + self.cfg.time_cap)?;
+                    (Some(tx), t0, sampler.finish())
+                }
+            };
+        rx.kill()?;
+        let rx_out = rx.outcome.ok_or("receiver outcome missing")?;
+        let tx_out = tx.as_ref().and_then(|p| p.outcome);
+        let tcp_after = if tool.is_tcp() {
+            Some(TcpCounters::read(plan.tx_ns)?)
+        } else {
+            None
+        };
+        let seconds = rx_out.at.duration_since(t0).as_secs_f64();
+        let capped = rx_out.killed && seconds >= self.cfg.time_cap.as_secs_f64() - 0.05;
+        // Bytes written: what is there now, or (a receiver that removes a partial file on
+        // failure) the most the samples saw.
+        let now = measure::dir_bytes(&out_dir);
+        let bytes = now.max(samples.iter().map(|s| s.1).max().unwrap_or(0));
+        let output = plan.output();
+        let complete = rx_out.status.success()
+            && std::fs::metadata(&output).is_ok_and(|m| m.len() == input.size)
+            && measure::file_blake3(&output)? == input.blake3;
+        if error.is_none() && !complete {
+            error = Some(failure_reason(&work, rx_out, tx_out, capped));
+        }
+        let retrans = self
+            .toolbox
+            .retrans_fraction(tool, &plan, tcp_before.zip(tcp_after));
+        let emulator = match (&emu_before, net.emulator_stats()) {
+            (Some(b), Some(a)) => path::emulator_delta(b, &a),
+            _ => None,
+        };
+        let goodput = if seconds > 0.0 {
+            bytes as f64 * 8.0 / seconds / 1e6
+        } else {
+            0.0
+        };
+        let cpu_tx = tx_out.map_or(0.0, |o| o.cpu_s);
+        let cpu = cpu_tx + rx_out.cpu_s;
+        let timeline = (self.cfg.timeline == Some(net.scenario)).then_some(samples);
+        Ok(RunRecord {
+            scenario: net.scenario.name(),
+            tool: tool.name().into(),
+            repeat,
+            rtt_ms: net.scenario.rtt_ms(),
+            loss_pct: net.scenario.loss_pct(),
+            size_bytes: input.size,
+            bytes_received: bytes,
+            seconds,
+            goodput_mbit_s: goodput,
+            utilisation: net.scenario.rate_bps().map(|r| goodput * 1e6 / r),
+            complete,
+            capped,
+            receiver_exit: rx_out.status.to_string(),
+            sender_exit: tx_out.map_or("not started".into(), |o| o.status.to_string()),
+            cpu_sender_s: cpu_tx,
+            cpu_receiver_s: rx_out.cpu_s,
+            cpu_s_per_gb: (bytes > 0 && cpu.is_finite()).then(|| cpu / (bytes as f64 / 1e9)),
+            retrans_fraction: retrans.as_ref().ok().copied(),
+            retrans_missing: retrans.err(),
+            emulator_cpu_s: emulator.as_ref().and_then(|e| e["cpu_seconds"].as_f64()),
+            emulator,
+            error,
+            timeline,
+        })
+    }
+}
+
+/// Waits for a run to end: until the receiver exits (then the sender gets [`GRACE`] to
+/// finish), or the sender fails (then the receiver gets [`GRACE`]), or `cap`; whoever is
+/// still running then is killed.
+fn watch(rx: &mut Peer, tx: &mut Peer, cap: Instant) -> Result<(), String> {
+    measure::wait_peers(&mut [&mut *rx, &mut *tx], cap, |p| {
+        !p[0].running() || p[1].outcome.is_some_and(|o| !o.status.success())
+    })?;
+    if rx.running() && !tx.running() {
+        measure::wait_peers(&mut [&mut *rx], cap.min(Instant::now() + GRACE), |_| false)?;
+    }
+    rx.kill()?;
+    if tx.running() {
+        measure::wait_peers(&mut [&mut *tx], Instant::now() + GRACE, |_| false)?;
+    }
+    tx.kill()
+}
+
+/// Why a run is incomplete, for the record: the cap or the failing peer, with the last line
+/// each peer wrote to stderr.
+fn failure_reason(
+    work: &Path,
+    rx: measure::Outcome,
+    tx: Option<measure::Outcome>,
+    capped: bool,
+) -> String {
+    let last_line = |f: &str| -> String {
+        std::fs::read_to_string(work.join(f))
+            .unwrap_or_default()
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("(nothing)")
+            .trim()
+            .chars()
+            .take(160)
+            .collect()
+    };
+    let what = if capped {
+        "time cap reached".to_string()
+    } else if !rx.status.success() {
+        format!("receiver {}", rx.status)
+    } else if let Some(tx) = tx.filter(|o| !o.status.success()) {
+        format!("sender {}", tx.status)
+    } else {
+        "output differs from the input".into()
+    };
+    format!(
+        "{what}; receiver said: {}; sender said: {}",
+        last_line("rx.err"),
+        last_line("tx.err")
+    )
+}
+
+/// One progress line.
+fn progress(r: &RunRecord) -> String {
+    let state = if r.complete {
+        "complete".to_string()
+    } else {
+        format!(
+            "INCOMPLETE ({})",
+            r.error.as_deref().unwrap_or("no reason recorded")
+        )
+    };
+    format!(
+        "{:.1} Mbit/s, {} of {} MiB in {:.2} s, {}, {} CPU s/GB, retransmitted {}",
+        r.goodput_mbit_s,
+        r.bytes_received >> 20,
+        r.size_bytes >> 20,
+        r.seconds,
+        state,
+        r.cpu_s_per_gb.map_or("–".into(), report_num),
+        r.retrans_fraction
+            .map_or("–".into(), |f| format!("{:.3} %", f * 100.0)),
+    )
+}
+
+fn report_num(v: f64) -> String {
+    super::table::fmt_num(v)
+}
+
+/// The report's header: command, date, versions, machine and method.
+fn header(cfg: &TransferConfig, versions: &BTreeMap<Tool, String>, wall: Instant) -> String {
+    let cmd: Vec<String> = std::env::args().collect();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let v: Vec<&str> = versions.values().map(String::as_str).collect();
+    let rmem = std::fs::read_to_string("/proc/sys/net/core/rmem_max").unwrap_or_default();
+    format!(
+        "Command: `{}`  \nDate: {} (UTC), took {:.0} s. Linux {}, {} CPU(s).  \nTools: {}.\n\n\
+         Each row is the median (by goodput) of {} run(s). Goodput: bytes the receiver wrote \
+         divided by the time from the sender's start to the receiver's exit (or to the time cap \
+         of {} s, when both ends are killed). Complete: the receiver exited 0 and its output \
+         equals the input (size and BLAKE3); goodput marked * is of an incomplete run (partial \
+         bytes). CPU: user + system time of the sender and receiver processes per GB \
+         delivered. Input and output files are in /dev/shm. Emulated paths (`slipstream \
+         netem`): 1 Gbit/s each way, one-way delay RTT/2 each way, random loss each way, \
+         drop-tail queue of one bandwidth-delay product; sender and receiver in two network \
+         namespaces, with `{}` in each. net.core.rmem_max is {} (global; not changed).",
+        cmd.join(" "),
+        utc_now(),
+        wall.elapsed().as_secs_f64(),
+        kernel.trim(),
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        v.join("; "),
+        cfg.repeat,
+        cfg.time_cap.as_secs_f64(),
+        path::TCP_SYSCTLS
+            .iter()
+            .map(|(k, v)| format!("{}={v}", k.replace('/', ".")))
+            .collect::<Vec<_>>()
+            .join(", "),
+        rmem.trim(),
+    )
+}
+
+/// The footnotes on how each tool was run and measured (for the tools that ran).
+fn method_notes(runs: &[RunRecord]) -> Vec<String> {
+    let ran = |t: Tool| runs.iter().any(|r| r.tool == t.name());
+    let mut n = Vec::new();
+    if ran(Tool::Slipstream) {
+        n.push(
+            "slipstream: `slipstream recv srt://:PORT OUT --force` and `slipstream send IN \
+             srt://ADDR:PORT`, defaults (BBR-style congestion control, datapath chosen by \
+             probing, end-to-end BLAKE3 verified by the receiver). Retransmitted: the sender's \
+             pkts_retransmitted / pkts_sent."
+                .into(),
+        );
+    }
+    if ran(Tool::TcpCubic) || ran(Tool::TcpBbr) {
+        n.push(
+            "tcp-cubic, tcp-bbr: one kernel TCP connection, file to file, through this \
+             binary's minimal peer (`bench transfer --tcp-peer`: sendfile on the sender, 1 MiB \
+             reads on the receiver, TCP_CONGESTION set per socket, buffers autotuned). iperf3 \
+             -F is not used: its server stops reading when the client reports the end of the \
+             test, so its output file comes out short. Retransmitted: RetransSegs / OutSegs \
+             of the sender's network namespace (/proc/net/snmp); on loopback that is the \
+             host's, whose counters include other traffic and the receiver's ACKs."
+                .into(),
+        );
+    }
+    if ran(Tool::Srt) {
+        n.push(format!(
+            "srt: srt-file-transmit (file mode) on both ends with `{}` (buffers and flow \
+             window for 1 Gbit/s × 200 ms with a full queue); its UDP socket buffers are capped \
+             by net.core.rmem_max/wmem_max. Retransmitted: from the receiver's -statsout, \
+             retransmitted packets received / packets received (its sender stops reporting \
+             once the whole file is in its send buffer).",
+            tools::SRT_OPTIONS
+        ));
+    }
+    if ran(Tool::Udt) {
+        n.push(
+            "udt: udtperf over libudt (UDT4, native congestion control), 64 MiB buffers and \
+             flow window, forced UDP socket buffers. Retransmitted: the sender's \
+             pktRetransTotal / pktSentTotal."
+                .into(),
+        );
+    }
+    if runs.iter().any(|r| r.emulator_cpu_s.is_some()) {
+        n.push(
+            "Emulator CPU s: CPU time of the user-space link emulator during the run; it shares \
+             the machine's CPUs with both ends. Its writes into each namespace's TUN device run \
+             the kernel's receive path there, so kernel protocol work on arriving packets is \
+             charged to the emulator, not to the tools: on emulated paths this leaves kernel \
+             TCP (whose sender also transmits from ACK processing) with a CPU column far below \
+             its real cost. Compare CPU on loopback."
+                .into(),
+        );
+    }
+    n
+}
+
+/// The current UTC time as `YYYY-MM-DD HH:MM`.
+fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(days as i64);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60
+    )
+}
+
+/// Year, month, day of a count of days since 1970-01-01 (proleptic Gregorian).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct T {
+        #[command(flatten)]
+        a: TransferArgs,
+    }
+
+    fn cfg(args: &[&str]) -> Result<TransferConfig, String> {
+        let mut v = vec!["t"];
+        v.extend_from_slice(args);
+        TransferConfig::from_args(&T::try_parse_from(v).map_err(|e| e.to_string())?.a)
+    }
+
+    #[test]
+    fn defaults_and_quick() {
+        let c = cfg(&[]).unwrap();
+        assert_eq!(c.tools, Tool::ALL.to_vec());
+        assert_eq!(c.scenarios.len(), 13);
+        assert_eq!(c.time_cap, Duration::from_secs(60));
+        assert_eq!(c.size_for(&Scenario::Loopback), 1 << 30);
+        assert_eq!(c.timeline, Scenario::parse("rtt50-loss1").ok());
+        let q = cfg(&["--quick"]).unwrap();
+        let names: Vec<String> = q.scenarios.iter().map(Scenario::name).collect();
+        assert_eq!(names, QUICK_SCENARIOS);
+        assert_eq!(q.size_for(&q.scenarios[1]), 64 << 20);
+        let s = cfg(&[
+            "--size",
+            "8",
+            "--tools",
+            "udt,slipstream,udt",
+            "--timeline",
+            "none",
+        ])
+        .unwrap();
+        assert_eq!(s.size_for(&Scenario::Loopback), 8 << 20);
+        assert_eq!(s.tools, vec![Tool::Slipstream, Tool::Udt]);
+        assert_eq!(s.timeline, None);
+    }
+
+    #[test]
+    fn bad_options_are_named() {
+        for (args, needle) in [
+            (&["--tools", "ftp"][..], "unknown tool 'ftp'"),
+            (&["--scenarios", "wan"][..], "unknown scenario 'wan'"),
+            (&["--timeline", "x"][..], "--timeline"),
+            (&["--repeat", "0"][..], "--repeat"),
+            (&["--time-cap", "0"][..], "--time-cap"),
+            (&["--size", "0"][..], "--size"),
+        ] {
+            let e = cfg(args).unwrap_err();
+            assert!(e.contains(needle), "{args:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn dates() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(19_723), (2024, 1, 1));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+        assert_eq!(utc_now().len(), 16);
+    }
+}
