@@ -257,10 +257,17 @@ impl Toolbox {
             Tool::Srt => {
                 let text = std::fs::read_to_string(plan.file("rx-stats.json"))
                     .map_err(|e| format!("receiver stats: {e}"))?;
-                let v = last_json_line(&text).ok_or("no JSON in the receiver's stats")?;
+                // Totals grow line by line; lines of another socket (or a last line written
+                // while closing) can carry other counts: take the line with the most packets.
+                let v = text
+                    .lines()
+                    .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                    .max_by_key(|v| v["recv"]["packets"].as_u64().unwrap_or(0))
+                    .ok_or("no JSON in the receiver's stats")?;
                 let r = &v["recv"];
                 ratio(&r["packetsRetransmitted"], &r["packets"])
-                    .ok_or_else(|| "no recv.packets in the receiver's stats".into())
+                    .filter(|f| *f <= 1.0)
+                    .ok_or_else(|| "no consistent recv counts in the receiver's stats".into())
             }
             Tool::Udt => {
                 let text = std::fs::read_to_string(plan.tx_stdout())
