@@ -20,7 +20,7 @@ fn one_burst_gets_one_ack_and_one_nak_with_every_gap() {
     let data = content(payload * 20_000, s);
     let mut off = 0;
     let mut buf = vec![0u8; 65_536];
-    p.run_until(Duration::from_millis(300), |p| {
+    p.run_until(Duration::from_millis(100), |p| {
         if off < data.len() {
             off += p.a.conn(ca).unwrap().send(p.now, &data[off..]).unwrap_or(0);
         }

@@ -8,6 +8,8 @@
 //!   and emulated paths, side by side ([`transfer`]).
 
 pub mod dgram;
+#[cfg(target_os = "linux")]
+pub mod netem;
 pub mod netns;
 pub mod table;
 pub mod transfer;
@@ -24,10 +26,27 @@ pub enum BenchCmd {
     /// The matrix of payload sizes × datapaths (median of --repeat runs per cell), written
     /// as DIR/dgram-<path>.md, .jsonl and .svg.
     DgramTable(TableArgs),
+    /// Accuracy of the link emulator (`slipstream netem`): added delay, delivered rate and
+    /// loss ratio against their configured values, and the emulator's CPU use (needs root).
+    Netem(NetemArgs),
     /// The same file transfer with slipstream, kernel TCP (CUBIC, BBR), srt-file-transmit and
     /// UDT over loopback and emulated 1 Gbit/s paths, side by side: DIR/transfer.md, .jsonl
     /// and .svg charts.
     Transfer(transfer::TransferArgs),
+}
+
+/// Options of `bench netem`.
+#[derive(Debug, Args)]
+pub struct NetemArgs {
+    /// A short subset (one delay, one rate, one loss model) for a smoke test.
+    #[arg(long)]
+    quick: bool,
+    /// Print the report as JSON (last line) as well.
+    #[arg(long)]
+    json: bool,
+    /// Also write DIR/netem-accuracy.md and .json.
+    #[arg(long, value_name = "DIR")]
+    out_dir: Option<PathBuf>,
 }
 
 /// Options of `bench dgram`.
@@ -123,6 +142,50 @@ pub fn run(cmd: BenchCmd) -> Result<(), String> {
             out_dir: a.out_dir,
         }),
         BenchCmd::Transfer(a) => transfer::run(&a),
+        BenchCmd::Netem(a) => run_netem(a),
+    }
+}
+
+fn run_netem(a: NetemArgs) -> Result<(), String> {
+    use std::time::Duration;
+    let ms = Duration::from_millis;
+    let cfg = if a.quick {
+        netem::Config {
+            delays: vec![ms(10)],
+            pings: 50,
+            rates: vec![100_000_000],
+            seconds: 1.0,
+            losses: vec!["loss=5%".into()],
+            datagrams: 20_000,
+        }
+    } else {
+        netem::Config {
+            delays: vec![ms(0), ms(1), ms(10), ms(50)],
+            pings: 200,
+            rates: vec![10_000_000, 100_000_000, 500_000_000, 1_000_000_000],
+            seconds: 3.0,
+            losses: ["loss=0.1%", "loss=1%", "loss=5%", "burst=1%/30%"]
+                .map(String::from)
+                .to_vec(),
+            datagrams: 100_000,
+        }
+    };
+    let report = netem::run(&cfg)?;
+    println!("{}", report.markdown());
+    if let Some(dir) = &a.out_dir {
+        let cmd: Vec<String> = std::env::args().collect();
+        netem::write(&report, dir, &cmd.join(" "))?;
+    }
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string(&report).map_err(|e| e.to_string())?
+        );
+    }
+    if report.ok() {
+        Ok(())
+    } else {
+        Err("the emulator missed a bound (see **no** above)".into())
     }
 }
 

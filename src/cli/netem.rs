@@ -68,7 +68,8 @@ pub(crate) struct UpArgs {
     #[arg(long, value_name = "RATIO")]
     dup: Option<String>,
     /// Drop-tail queue in front of the bottleneck, bytes (e.g. 256k, 4m). Default: one
-    /// bandwidth-delay product of --rate and the round-trip delay, at least 64 KiB.
+    /// bandwidth-delay product of --rate and the round-trip delay, at least 10 ms of --rate
+    /// and at least 64 KiB.
     #[arg(long, value_name = "BYTES")]
     queue: Option<String>,
     /// --rate for b → a.
@@ -105,6 +106,8 @@ pub(crate) struct UpArgs {
 
 /// Smallest default queue.
 const MIN_QUEUE: usize = 64 << 10;
+/// Smallest default queue in time at the configured rate.
+const MIN_QUEUE_TIME: Duration = Duration::from_millis(10);
 
 impl UpArgs {
     /// The emulator specification these options describe.
@@ -172,9 +175,11 @@ impl UpArgs {
     }
 }
 
-/// One bandwidth-delay product, at least [`MIN_QUEUE`].
+/// One bandwidth-delay product, at least [`MIN_QUEUE_TIME`] of the rate (senders are bursty:
+/// a queue much shorter than that idles the link) and at least [`MIN_QUEUE`].
 fn default_queue(rate_bps: Option<u64>, rtt: Duration) -> usize {
-    let bdp = rate_bps.map_or(0, |r| (r as f64 / 8.0 * rtt.as_secs_f64()) as usize);
+    let time = rtt.max(MIN_QUEUE_TIME);
+    let bdp = rate_bps.map_or(0, |r| (r as f64 / 8.0 * time.as_secs_f64()) as usize);
     bdp.max(MIN_QUEUE)
 }
 
@@ -373,6 +378,9 @@ mod tests {
         assert_eq!(s.ba.link.delay, Duration::from_millis(30));
         assert_eq!((s.ab.link.loss, s.ba.link.loss), (0.0, 0.05));
         assert_eq!(s.ab.link.queue_bytes, MIN_QUEUE);
+        // 10 ms of the rate when the round trip is shorter.
+        let s = spec(&["--rate", "1gbit"]).unwrap();
+        assert_eq!(s.ab.link.queue_bytes, 1_250_000);
 
         let s = spec(&["--loss-burst", "1%,30%", "--queue", "128k"]).unwrap();
         assert!(s.ab.link.burst.is_some() && s.ba.link.burst.is_some());

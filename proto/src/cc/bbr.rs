@@ -98,6 +98,8 @@ use std::collections::VecDeque;
 
 /// Startup gain, 2/ln 2: the smallest gain that doubles the delivery rate every round.
 pub const HIGH_GAIN: f64 = 2.885_390_081_777_927;
+/// Tolerance of the send-rate cap on bandwidth samples (interval edges, probe pairs).
+const SEND_RATE_SLACK: f64 = 1.1;
 /// Window gain in ProbeBW.
 pub const CWND_GAIN: f64 = 2.0;
 /// ProbeBW pacing gains, one phase per round.
@@ -212,6 +214,10 @@ pub struct Bbr {
     own_rtt: bool,
     /// Minimum of the engine's smoothed RTT, µs (0 = none), renewed with `min_rtt_us`.
     engine_min_rtt_us: f64,
+    /// Start of the current send-rate interval: (µs, `pkts_sent`).
+    send_mark: Option<(u64, u64)>,
+    /// Our own sending rate over the last two completed intervals, packets/s.
+    send_rates: [f64; 2],
 }
 
 impl Default for Bbr {
@@ -242,6 +248,8 @@ impl Default for Bbr {
             send_times: VecDeque::new(),
             own_rtt: false,
             engine_min_rtt_us: 0.0,
+            send_mark: None,
+            send_rates: [0.0; 2],
         }
     }
 }
@@ -280,6 +288,18 @@ impl Bbr {
         match self.state {
             BbrState::Startup | BbrState::Drain => HIGH_GAIN,
             BbrState::ProbeBw | BbrState::ProbeRtt => CWND_GAIN,
+        }
+    }
+
+    /// Measures our own sending rate over intervals of one round (a delivery-rate sample is
+    /// capped by the larger of the last two: what arrives was sent up to a round earlier).
+    fn track_send_rate(&mut self, ctx: &CcContext) {
+        let (t0, n0) = *self.send_mark.get_or_insert((ctx.now_us, ctx.pkts_sent));
+        let dt = ctx.now_us.saturating_sub(t0);
+        if dt as f64 >= self.round_len_us(ctx) && dt > 0 {
+            let rate = ctx.pkts_sent.saturating_sub(n0) as f64 * 1e6 / dt as f64;
+            self.send_rates = [rate, self.send_rates[0]];
+            self.send_mark = Some((ctx.now_us, ctx.pkts_sent));
         }
     }
 
@@ -566,8 +586,24 @@ impl CongestionControl for Bbr {
         let span = ctx.last_sent_seq.next().diff(ack_seq);
         self.inflight_est = f64::from(span.max(0));
 
-        if ctx.recv_rate_pps > 0 {
-            let sample = f64::from(ctx.recv_rate_pps).min(MAX_BW_PPS);
+        // The unsmoothed rate of the latest ACK when there is one: a smoothed rate lags an
+        // exponential Startup by several rounds and averages a 1.25 probe away.
+        let rate = if ctx.recv_rate_last_pps > 0 {
+            ctx.recv_rate_last_pps
+        } else {
+            ctx.recv_rate_pps
+        };
+        self.track_send_rate(ctx);
+        if rate > 0 {
+            // Nothing arrives faster than it was sent: a receiver that stalled and then read
+            // its backlog at once reports a burst the path never carried.
+            let sent = self.send_rates[0].max(self.send_rates[1]);
+            let cap = if sent > 0.0 {
+                sent * SEND_RATE_SLACK
+            } else {
+                MAX_BW_PPS
+            };
+            let sample = f64::from(rate).min(cap).min(MAX_BW_PPS);
             let slot = &mut self.bw_slots[self.bw_idx];
             *slot = slot.max(sample);
         }

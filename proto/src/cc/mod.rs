@@ -25,8 +25,13 @@ pub struct CcContext {
     pub rtt_var: Duration,
     /// Link capacity estimated by the receiver from packet pairs, packets per second (0 if unknown).
     pub bandwidth_pps: u32,
-    /// Packets per second the receiver reports receiving (0 if unknown).
+    /// Packets per second the receiver reports receiving, smoothed over full ACKs with weight
+    /// 1/8 as UDT does (0 if unknown).
     pub recv_rate_pps: u32,
+    /// The receive rate of the latest full ACK that carried one, unsmoothed (0 if none yet).
+    /// slipstream receivers report what arrived over the last ACK interval; libsrt receivers a
+    /// median-filtered arrival rate.
+    pub recv_rate_last_pps: u32,
     /// Bytes per second the receiver reports receiving (0 if unknown).
     pub recv_rate_bps: u64,
     /// Maximum segment size (IP packet size) in bytes.
@@ -193,6 +198,7 @@ pub(crate) fn test_context(rtt_ms: u64, rtt_var_ms: u64, bandwidth_pps: u32) -> 
         bandwidth_pps,
         recv_rate_pps: 0,
         recv_rate_bps: 0,
+        recv_rate_last_pps: 0,
         mss: 1500,
         payload_size: 1456,
         flow_window: 8192,

@@ -117,7 +117,9 @@ impl Connection {
     /// Grows the receive buffer to twice the measured bandwidth-delay product (up to the cap),
     /// unless the application is what holds data back.
     fn maybe_grow_rbuf(&mut self) {
-        let (pps, _) = self.rate.recv_rate();
+        // Either estimate may be the right one (see `recv_rates`); memory is cheaper than a
+        // window that caps a long lossy path.
+        let pps = self.rate.recv_rate().0.max(self.rate_last.0);
         let bdp = u64::from(pps) * (self.srtt_us + SYN_INTERVAL_US) / 1_000_000;
         let unread = self.rcv_ack.diff(self.rbuf.read_seq()).max(0) as usize;
         if (self.rbuf.cap() as u64) < 2 * bdp + 64 && unread < self.rbuf.cap() / 2 {
@@ -125,10 +127,20 @@ impl Connection {
         }
     }
 
-    /// Receive rate for ACKs: UDT's median-filtered arrival rate when the arrivals are regular
-    /// enough; otherwise (batched reads make gaps bimodal) what arrived since the last full ACK.
+    /// Receive rate for ACKs: what arrived over the last full-ACK interval (at least half a SYN
+    /// interval), falling back to UDT's median-filtered arrival rate until that exists. Real
+    /// paths deliver in bursts (interrupt coalescing, GRO, receive batches stamped with one
+    /// clock reading, an emulator releasing due packets together): the intervals inside a
+    /// burst are near zero, the median lands on them, and the median filter then reports many
+    /// times the true rate (or nothing). A count over 10 ms is immune to how arrivals bunch.
     fn recv_rates(&mut self, now_us: u64) -> (u32, u64) {
         let (pps, bps) = self.rate.recv_rate();
+        if self.rate_window.0 == 0 {
+            // The first window would start at the handshake, not at the first data packet:
+            // start it now, and report the arrival-interval rate meanwhile.
+            self.rate_window = (now_us, self.stats.pkts_recv, self.stats.bytes_recv_unique);
+            return (pps, bps);
+        }
         let span = now_us.saturating_sub(self.rate_window.0);
         let (pkts, bytes) = (
             self.stats.pkts_recv - self.rate_window.1,
@@ -138,10 +150,10 @@ impl Connection {
             self.rate_window = (now_us, self.stats.pkts_recv, self.stats.bytes_recv_unique);
             self.rate_last = ((pkts * 1_000_000 / span) as u32, bytes * 1_000_000 / span);
         }
-        if pps > 0 {
-            (pps, bps)
-        } else {
+        if self.rate_last.0 > 0 || pps == 0 {
             self.rate_last
+        } else {
+            (pps, bps)
         }
     }
 

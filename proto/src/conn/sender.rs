@@ -134,6 +134,7 @@ impl Connection {
             }
             self.peer_window = info.avail_buf_pkts;
             if info.pkt_recv_rate > 0 {
+                self.peer_recv_rate_last_pps = info.pkt_recv_rate;
                 self.peer_recv_rate_pps =
                     ewma(self.peer_recv_rate_pps as u64, info.pkt_recv_rate as u64) as u32;
             }

@@ -9,7 +9,8 @@
 //! | `udt` | `udtperf recv` | `udtperf send` | sender's JSON line: `pkts_retrans / pkts_sent` |
 //!
 //! libsrt's sender stops reporting statistics once the whole file sits in its (large) send
-//! buffer, so its counters are read at the receiver, which reports until the end.
+//! buffer, so its counters are read at the receiver, which reports until the end (from its
+//! line with the most packets: the file also holds lines of the listening socket).
 
 use super::measure::TcpCounters;
 use std::net::IpAddr;
@@ -257,7 +258,13 @@ impl Toolbox {
             Tool::Srt => {
                 let text = std::fs::read_to_string(plan.file("rx-stats.json"))
                     .map_err(|e| format!("receiver stats: {e}"))?;
-                let v = last_json_line(&text).ok_or("no JSON in the receiver's stats")?;
+                // Totals grow line by line; lines of another socket (or a last line written
+                // while closing) can carry other counts: take the line with the most packets.
+                let v = text
+                    .lines()
+                    .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                    .max_by_key(|v| v["recv"]["packets"].as_u64().unwrap_or(0))
+                    .ok_or("no JSON in the receiver's stats")?;
                 let r = &v["recv"];
                 ratio(&r["packetsRetransmitted"], &r["packets"])
                     .map_err(|e| format!("receiver's stats: {e}"))

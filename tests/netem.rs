@@ -1,0 +1,333 @@
+//! `slipstream netem` end to end: option errors (anywhere), and as root (always in CI) the
+//! emulator's life cycle, its accuracy probes, and kernel TCP, SRT and slipstream crossing
+//! it byte-exact through loss.
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_slipstream");
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn slipstream(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().unwrap()
+}
+
+fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// Whether a root test runs: always in CI (where it must not be skipped), else as root.
+fn root_test(name: &str) -> bool {
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| text(&o.stdout).trim() == "0");
+    if !root && !ci() {
+        eprintln!("skipping {name}: needs root (network namespaces, TUN devices); runs in CI");
+    }
+    root || ci()
+}
+
+/// Whether `tool` runs; in CI its absence fails the test.
+fn have(tool: &str, package: &str) -> bool {
+    let ok = Command::new(tool)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok();
+    assert!(
+        ok || !ci(),
+        "{tool} is missing in CI (apt-get install {package})"
+    );
+    if !ok {
+        eprintln!("skipping the {tool} part: not installed (apt-get install {package})");
+    }
+    ok
+}
+
+/// An emulator, taken down on drop even when the test fails.
+struct Emu {
+    name: String,
+    a: (String, String),
+    b: (String, String),
+}
+
+impl Emu {
+    fn up(name: &str, opts: &[&str]) -> Emu {
+        let mut args = vec!["netem", "up", name];
+        args.extend_from_slice(opts);
+        let out = slipstream(&args);
+        assert!(out.status.success(), "netem up: {}", text(&out.stderr));
+        let stdout = text(&out.stdout);
+        let v: serde_json::Value =
+            serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap();
+        let side = |s: &str| {
+            (
+                v[s]["netns"].as_str().unwrap().to_string(),
+                v[s]["addr"].as_str().unwrap().to_string(),
+            )
+        };
+        Emu {
+            name: name.into(),
+            a: side("a"),
+            b: side("b"),
+        }
+    }
+}
+
+impl Drop for Emu {
+    fn drop(&mut self) {
+        let _ = slipstream(&["netem", "down", &self.name]);
+    }
+}
+
+fn netns_list() -> String {
+    text(
+        &Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+}
+
+/// Kills the child on drop (a failing test leaves no process behind).
+struct Proc(Option<Child>);
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn in_ns(ns: &str, cmd: &[&str]) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns]).args(cmd);
+    c
+}
+
+/// Waits for `child` at most `secs`; its output, or a panic naming `what`.
+fn finish(mut p: Proc, secs: u64, what: &str) -> Output {
+    let t0 = Instant::now();
+    let child = p.0.as_mut().unwrap();
+    while child.try_wait().unwrap().is_none() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(secs),
+            "{what} did not finish in {secs} s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    p.0.take().unwrap().wait_with_output().unwrap()
+}
+
+fn spawn(mut c: Command) -> Proc {
+    Proc(Some(
+        c.stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ))
+}
+
+fn same_file(a: &Path, b: &Path) {
+    let (x, y) = (std::fs::read(a).unwrap(), std::fs::read(b).unwrap());
+    assert_eq!(
+        x.len(),
+        y.len(),
+        "{} vs {}: sizes differ",
+        a.display(),
+        b.display()
+    );
+    assert!(x == y, "{} and {} differ", a.display(), b.display());
+}
+
+#[test]
+fn bad_options_are_refused_before_anything_is_created() {
+    for (args, needle) in [
+        (&["netem", "up", "x", "--loss", "200%"][..], "--loss"),
+        (&["netem", "up", "x", "--rate", "lots"][..], "--rate"),
+        (&["netem", "up", "bad/name"][..], "bad emulator name"),
+        (
+            &["netem", "up", "x", "--loss", "1%", "--loss-burst", "1%/30%"][..],
+            "exclude",
+        ),
+        (&["netem", "down", "no such"][..], "bad emulator name"),
+    ] {
+        let out = slipstream(args);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        let err = text(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn emulator_lifecycle_and_accuracy() {
+    if !root_test("emulator_lifecycle_and_accuracy") {
+        return;
+    }
+    let name = format!("tn{}", std::process::id());
+    {
+        let emu = Emu::up(&name, &["--delay", "5ms", "--rate", "200mbit"]);
+        let list = netns_list();
+        assert!(list.contains(&emu.a.0) && list.contains(&emu.b.0), "{list}");
+        // A second `up` of the same name is refused and leaves the first alone.
+        let out = slipstream(&["netem", "up", &name]);
+        assert!(!out.status.success());
+        assert!(text(&out.stderr).contains("already up"));
+        let stats = slipstream(&["netem", "stats", &name, "--json"]);
+        assert!(stats.status.success(), "{}", text(&stats.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
+        assert_eq!(v["running"], true);
+        assert!(v["cpu_seconds"].as_f64().is_some(), "{v}");
+    }
+    // Dropping the guard ran `down`: nothing is left.
+    let list = netns_list();
+    assert!(!list.contains(&format!("{name}-a")), "{list}");
+    assert!(!Path::new("/run/slipstream/netem").join(&name).exists());
+    let out = slipstream(&["netem", "down", &name]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("no emulator named"));
+
+    // The accuracy probes (delay, rate, loss) at small scale; exit status 0 means every
+    // probe was within its bound.
+    let out = slipstream(&["bench", "netem", "--quick", "--json"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    let v: serde_json::Value =
+        serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap();
+    for probe in ["delay", "rate", "loss"] {
+        let rows = v[probe].as_array().unwrap();
+        assert!(
+            !rows.is_empty() && rows.iter().all(|r| r["ok"] == true),
+            "{v}"
+        );
+    }
+    assert!(!netns_list().contains("ssacc"));
+}
+
+#[test]
+fn tcp_srt_and_slipstream_cross_the_emulator_byte_exact() {
+    if !root_test("tcp_srt_and_slipstream_cross_the_emulator_byte_exact") {
+        return;
+    }
+    let name = format!("tx{}", std::process::id());
+    let emu = Emu::up(
+        &name,
+        &[
+            "--rate",
+            "500mbit",
+            "--delay",
+            "5ms",
+            "--loss",
+            "1%",
+            "--reorder",
+            "0.5%",
+        ],
+    );
+    let dir = std::env::temp_dir().join(format!("slipstream-netem-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = dir.join("in.bin");
+    let data: Vec<u8> = (0..8u32 << 20)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(&input, &data).unwrap();
+    let (a, b, addr) = (&emu.a.0, &emu.b.0, emu.b.1.clone());
+
+    // slipstream, verified end to end.
+    let out = dir.join("slipstream.bin");
+    let rx = spawn(in_ns(
+        b,
+        &[
+            BIN,
+            "recv",
+            "srt://:9400",
+            out.to_str().unwrap(),
+            "-q",
+            "--force",
+        ],
+    ));
+    std::thread::sleep(Duration::from_millis(200));
+    let tx = spawn(in_ns(
+        a,
+        &[
+            BIN,
+            "send",
+            input.to_str().unwrap(),
+            &format!("srt://{addr}:9400"),
+            "-q",
+        ],
+    ));
+    let t = finish(tx, 60, "slipstream send");
+    assert!(t.status.success(), "send: {}", text(&t.stderr));
+    let r = finish(rx, 10, "slipstream recv");
+    assert!(r.status.success(), "recv: {}", text(&r.stderr));
+    assert!(text(&r.stderr).contains("verified"), "{}", text(&r.stderr));
+    same_file(&input, &out);
+
+    // Kernel TCP. (iperf3's receiver stops reading once the sender has written its last
+    // byte, so its -F output is not a byte-exact copy: count what its receiver reports.)
+    if have("iperf3", "iperf3") {
+        let srv = spawn(in_ns(b, &["iperf3", "-s", "-1", "-p", "9401"]));
+        std::thread::sleep(Duration::from_millis(300));
+        let n = data.len().to_string();
+        let cli = spawn(in_ns(
+            a,
+            &["iperf3", "-c", &addr, "-p", "9401", "-n", &n, "--json"],
+        ));
+        let c = finish(cli, 60, "iperf3 client");
+        assert!(c.status.success(), "iperf3 -c: {}", text(&c.stdout));
+        let s = finish(srv, 10, "iperf3 server");
+        assert!(s.status.success(), "iperf3 -s: {}", text(&s.stdout));
+        let v: serde_json::Value = serde_json::from_slice(&c.stdout).unwrap();
+        let got = v["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
+        assert!(
+            got > data.len() as u64 / 2,
+            "the TCP receiver got {got} bytes"
+        );
+    }
+
+    // SRT between two libsrt peers.
+    if have("srt-file-transmit", "srt-tools") {
+        // The receiver writes into a directory, naming the file after the stream id (the
+        // sender's file name).
+        let out = dir.join("srt");
+        std::fs::create_dir_all(&out).unwrap();
+        let rx = spawn(in_ns(
+            b,
+            &[
+                "srt-file-transmit",
+                "srt://:9402",
+                &format!("file://{}/", out.display()),
+            ],
+        ));
+        std::thread::sleep(Duration::from_millis(300));
+        let tx = spawn(in_ns(
+            a,
+            &[
+                "srt-file-transmit",
+                &format!("file://{}", input.display()),
+                &format!("srt://{addr}:9402"),
+            ],
+        ));
+        let t = finish(tx, 60, "srt-file-transmit sender");
+        assert!(t.status.success(), "srt send: {}", text(&t.stderr));
+        let r = finish(rx, 20, "srt-file-transmit receiver");
+        assert!(r.status.success(), "srt recv: {}", text(&r.stderr));
+        same_file(&input, &out.join("in.bin"));
+    }
+
+    // The emulator really dropped and reordered packets on the way.
+    let stats = slipstream(&["netem", "stats", &name, "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
+    assert!(v["a_to_b"]["lost"].as_u64().unwrap() > 0, "{v}");
+    assert!(v["a_to_b"]["reordered"].as_u64().unwrap() > 0, "{v}");
+    drop(emu);
+    let _ = std::fs::remove_dir_all(&dir);
+}
