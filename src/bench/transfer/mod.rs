@@ -322,11 +322,62 @@ struct Bench<'a> {
     total: usize,
 }
 
-/// Runs the whole matrix and writes the reports.
-pub fn run_matrix(cfg: &TransferConfig) -> Result<(), String> {
-    let wall = Instant::now();
-    let exe = std::env::current_exe().map_err(|e| format!("finding this binary: {e}"))?;
-    let mut notes: Vec<String> = Vec::new();
+/// The tools that can run here, after probing (and building udtperf).
+#[derive(Debug)]
+struct Available {
+    /// Those that run, in report order.
+    tools: Vec<Tool>,
+    /// Their version text.
+    versions: BTreeMap<Tool, String>,
+    /// Those skipped, with the reason.
+    skipped: BTreeMap<Tool, String>,
+    /// The built UDT peer.
+    udtperf: Option<PathBuf>,
+}
+
+/// Probes every tool; one that cannot run here is skipped with a note, or fails the
+/// invocation with --require-all.
+fn available_tools(cfg: &TransferConfig, exe: &Path) -> Result<Available, String> {
+    let mut av = Available {
+        tools: Vec::new(),
+        versions: BTreeMap::new(),
+        skipped: BTreeMap::new(),
+        udtperf: None,
+    };
+    for &t in &cfg.tools {
+        let mut probe = tools::probe(t);
+        if t == Tool::Udt && probe.is_ok() {
+            match tools::build_udtperf(&cfg.udt_dir, &exe.with_file_name("udtperf")) {
+                Ok(p) => av.udtperf = Some(p),
+                Err(e) => probe = Err(e),
+            }
+        }
+        match probe {
+            Ok(v) => {
+                av.tools.push(t);
+                av.versions.insert(t, v);
+            }
+            Err(why) if cfg.require_all => {
+                return Err(format!("tool {} is not available: {why}", t.name()));
+            }
+            Err(why) => {
+                eprintln!("note: skipping {}: {why}", t.name());
+                av.skipped.insert(t, why);
+            }
+        }
+    }
+    if av.tools.is_empty() {
+        return Err("no tool can run here".into());
+    }
+    Ok(av)
+}
+
+/// The scenarios that can run: emulated ones need root (without it they are skipped with a
+/// note, unless asked for explicitly or with --require-all).
+fn runnable_scenarios(
+    cfg: &TransferConfig,
+    notes: &mut Vec<String>,
+) -> Result<Vec<Scenario>, String> {
     let mut scenarios = cfg.scenarios.clone();
     if scenarios.iter().any(Scenario::is_emulated) && !super::netns::is_root() {
         if cfg.require_all || cfg.scenarios_explicit {
@@ -338,86 +389,55 @@ pub fn run_matrix(cfg: &TransferConfig) -> Result<(), String> {
         notes.push("Emulated scenarios skipped: not run as root.".into());
         scenarios.retain(|s| !s.is_emulated());
     }
+    Ok(scenarios)
+}
+
+/// Runs the whole matrix and writes the reports.
+pub fn run_matrix(cfg: &TransferConfig) -> Result<(), String> {
+    let wall = Instant::now();
+    let exe = std::env::current_exe().map_err(|e| format!("finding this binary: {e}"))?;
+    let mut notes: Vec<String> = Vec::new();
+    let scenarios = runnable_scenarios(cfg, &mut notes)?;
     if scenarios.iter().any(Scenario::is_emulated) {
         path::remove_stale(&exe);
     }
-    // Tools: those that cannot run here are skipped (or fail the run with --require-all).
-    let mut versions: BTreeMap<Tool, String> = BTreeMap::new();
-    let mut skipped: BTreeMap<Tool, String> = BTreeMap::new();
-    let mut udtperf = None;
-    for &t in &cfg.tools {
-        let mut probe = tools::probe(t);
-        if t == Tool::Udt && probe.is_ok() {
-            let out = exe.with_file_name("udtperf");
-            match tools::build_udtperf(&cfg.udt_dir, &out) {
-                Ok(p) => udtperf = Some(p),
-                Err(e) => probe = Err(e),
-            }
-        }
-        match probe {
-            Ok(v) => {
-                versions.insert(t, v);
-            }
-            Err(why) if cfg.require_all => {
-                return Err(format!("tool {} is not available: {why}", t.name()));
-            }
-            Err(why) => {
-                eprintln!("note: skipping {}: {why}", t.name());
-                skipped.insert(t, why);
-            }
-        }
-    }
-    let tools: Vec<Tool> = cfg
-        .tools
-        .iter()
-        .copied()
-        .filter(|t| !skipped.contains_key(t))
-        .collect();
-    if tools.is_empty() {
-        return Err("no tool can run here".into());
-    }
+    let av = available_tools(cfg, &exe)?;
     std::fs::create_dir_all(&cfg.out_dir).map_err(|e| format!("{}: {e}", cfg.out_dir.display()))?;
     let jsonl_path = cfg.out_dir.join("transfer.jsonl");
     let jsonl =
         std::fs::File::create(&jsonl_path).map_err(|e| format!("{}: {e}", jsonl_path.display()))?;
     let mut bench = Bench {
         cfg,
-        toolbox: Toolbox { exe, udtperf },
+        toolbox: Toolbox {
+            exe,
+            udtperf: av.udtperf.clone(),
+        },
         ws: Workspace::create()?,
         jsonl,
         runs: Vec::new(),
         done: 0,
-        total: scenarios.len() * tools.len() * cfg.repeat,
+        total: scenarios.len() * av.tools.len() * cfg.repeat,
     };
     let mut inputs: BTreeMap<u64, Input> = BTreeMap::new();
     let mut failure = None;
     for s in &scenarios {
-        if let Err(e) = bench.scenario(s, &tools, &mut inputs) {
+        if let Err(e) = bench.scenario(s, &av.tools, &mut inputs) {
             eprintln!("error: scenario {}: {e}", s.name());
             notes.push(format!("Scenario {} failed: {e}", s.name()));
             failure.get_or_insert(format!("scenario {}: {e}", s.name()));
         }
     }
     drop(inputs);
-    for (t, why) in &skipped {
+    drop(bench.ws);
+    for (t, why) in &av.skipped {
         notes.push(format!("{} skipped: {why}", t.name()));
     }
     notes.extend(method_notes(&bench.runs));
-    let cells = report::cells(&bench.runs, &scenarios, &tools);
-    let header = header(cfg, &versions, wall);
+    let cells = report::cells(&bench.runs, &scenarios, &av.tools);
+    let header = header(cfg, &av.versions, wall);
     let md = report::markdown(&header, &cells, &notes);
-    let md_path = cfg.out_dir.join("transfer.md");
-    std::fs::write(&md_path, &md).map_err(|e| format!("{}: {e}", md_path.display()))?;
-    let mut files = vec![md_path, jsonl_path];
-    files.extend(
-        report::write_loss_charts(&cfg.out_dir, &cells, &tools).map_err(|e| e.to_string())?,
-    );
-    if let Some(t) = &cfg.timeline {
-        let p = cfg.out_dir.join("transfer-timeline.svg");
-        if report::write_timeline(&p, &t.name(), &cells).map_err(|e| e.to_string())? {
-            files.push(p);
-        }
-    }
+    let mut files = vec![jsonl_path];
+    files.extend(write_reports(cfg, &md, &cells, &av.tools)?);
     println!("{md}");
     let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
     eprintln!(
@@ -426,28 +446,66 @@ pub fn run_matrix(cfg: &TransferConfig) -> Result<(), String> {
         wall.elapsed().as_secs_f64()
     );
     if cfg.json {
-        let summary = serde_json::json!({
-            "summary": {
-                "wall_seconds": wall.elapsed().as_secs_f64(),
-                "out_dir": cfg.out_dir,
-                "files": names,
-                "skipped": skipped.iter().map(|(t, w)| (t.name(), w)).collect::<BTreeMap<_, _>>(),
-                "cells": cells.iter().map(|c| serde_json::json!({
-                    "scenario": c.median.scenario,
-                    "tool": c.median.tool,
-                    "runs": c.runs,
-                    "complete_runs": c.complete_runs,
-                    "goodput_mbit_s": c.median.goodput_mbit_s,
-                    "utilisation": c.median.utilisation,
-                    "cpu_s_per_gb": c.median.cpu_s_per_gb,
-                    "retrans_fraction": c.median.retrans_fraction,
-                    "complete": c.median.complete,
-                })).collect::<Vec<_>>(),
-            }
-        });
-        println!("{summary}");
+        println!("{}", summary(wall, cfg, &names, &av.skipped, &cells));
     }
     failure.map_or(Ok(()), Err)
+}
+
+/// Writes transfer.md and the charts into the output directory; returns the files written.
+fn write_reports(
+    cfg: &TransferConfig,
+    md: &str,
+    cells: &[report::Cell],
+    tools: &[Tool],
+) -> Result<Vec<PathBuf>, String> {
+    let md_path = cfg.out_dir.join("transfer.md");
+    std::fs::write(&md_path, md).map_err(|e| format!("{}: {e}", md_path.display()))?;
+    let mut files = vec![md_path];
+    files.extend(report::write_loss_charts(&cfg.out_dir, cells, tools).map_err(|e| e.to_string())?);
+    if let Some(t) = &cfg.timeline {
+        let p = cfg.out_dir.join("transfer-timeline.svg");
+        if report::write_timeline(&p, &t.name(), cells).map_err(|e| e.to_string())? {
+            files.push(p);
+        }
+    }
+    Ok(files)
+}
+
+/// The `--json` summary object (the last stdout line).
+fn summary(
+    wall: Instant,
+    cfg: &TransferConfig,
+    files: &[String],
+    skipped: &BTreeMap<Tool, String>,
+    cells: &[report::Cell],
+) -> serde_json::Value {
+    let cells: Vec<serde_json::Value> = cells
+        .iter()
+        .map(|c| {
+            let r = &c.median;
+            serde_json::json!({
+                "scenario": r.scenario,
+                "tool": r.tool,
+                "runs": c.runs,
+                "complete_runs": c.complete_runs,
+                "goodput_mbit_s": r.goodput_mbit_s,
+                "utilisation": r.utilisation,
+                "cpu_s_per_gb": r.cpu_s_per_gb,
+                "retrans_fraction": r.retrans_fraction,
+                "complete": r.complete,
+            })
+        })
+        .collect();
+    let skipped: BTreeMap<&str, &String> = skipped.iter().map(|(t, w)| (t.name(), w)).collect();
+    serde_json::json!({
+        "summary": {
+            "wall_seconds": wall.elapsed().as_secs_f64(),
+            "out_dir": cfg.out_dir,
+            "files": files,
+            "skipped": skipped,
+            "cells": cells,
+        }
+    })
 }
 
 impl Bench<'_> {
@@ -671,14 +729,10 @@ fn progress(r: &RunRecord) -> String {
         r.size_bytes >> 20,
         r.seconds,
         state,
-        r.cpu_s_per_gb.map_or("–".into(), report_num),
+        r.cpu_s_per_gb.map_or("–".into(), super::table::fmt_num),
         r.retrans_fraction
             .map_or("–".into(), |f| format!("{:.3} %", f * 100.0)),
     )
-}
-
-fn report_num(v: f64) -> String {
-    super::table::fmt_num(v)
 }
 
 /// The report's header: command, date, versions, machine and method.
