@@ -1,7 +1,7 @@
 //! `slipstream bench transfer` end to end: argument errors, a loopback run of slipstream alone
-//! (no root needed), and, as root, one emulated scenario with every tool. In CI a missing tool
-//! or missing root fails the emulated test; elsewhere it skips, saying why. No test leaves a
-//! network namespace, an emulator or a /dev/shm directory behind.
+//! (no root needed), and, as root, one emulated scenario with every tool and an interrupted
+//! run. In CI a missing tool or missing root fails the root tests; elsewhere they skip, saying
+//! why. No test leaves a network namespace, an emulator or a /dev/shm directory behind.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -254,4 +254,85 @@ fn emulated_path_runs_every_tool() {
     }
     let _ = std::fs::remove_dir_all(&dir);
     assert_nothing_left();
+}
+
+/// Whether a root-only test runs: as root, or in CI (where it fails without root).
+fn root_test(name: &str) -> bool {
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| text(&o.stdout).trim() == "0");
+    if !root && !ci {
+        eprintln!("skipping {name}: needs root (network namespaces); runs in CI");
+    }
+    root || ci
+}
+
+/// Ctrl-C (SIGINT) in the middle of a run: the guardian removes the emulator, the namespaces
+/// and the /dev/shm workspace, and kills the peers.
+#[test]
+fn interrupted_run_leaves_nothing_behind() {
+    if !root_test("interrupted_run_leaves_nothing_behind") {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = scratch("interrupted");
+    // CUBIC at 5 % loss and 200 ms moves a few kB/s: the run is still going when interrupted.
+    let mut bench = Command::new(BIN)
+        .args(["bench", "transfer", "--scenarios", "rtt200-loss5"])
+        .args(["--tools", "tcp-cubic", "--size", "8", "--timeline", "none"])
+        .arg("--out-dir")
+        .arg(&dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = bench.id();
+    let ws = PathBuf::from(format!("/dev/shm/slipstream-bt-{pid}"));
+    let t0 = std::time::Instant::now();
+    while !ws.join("out").exists() {
+        assert!(
+            t0.elapsed().as_secs() < 20,
+            "the run did not start within 20 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let st = Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let status = bench.wait().unwrap();
+    assert!(!status.success(), "the benchmark was not interrupted");
+    let prefix = format!("bt{pid:x}x");
+    let leftovers = || -> Vec<String> {
+        let mut left = Vec::new();
+        if ws.exists() {
+            left.push(ws.display().to_string());
+        }
+        let ns = Command::new("ip").args(["netns", "list"]).output().unwrap();
+        left.extend(
+            text(&ns.stdout)
+                .lines()
+                .filter(|l| l.starts_with(&prefix))
+                .map(|l| format!("namespace {l}")),
+        );
+        for e in std::fs::read_dir("/proc").unwrap().flatten() {
+            let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            if text(&cmdline).contains(&format!("slipstream-bt-{pid}/")) {
+                left.push(format!("process {}", e.file_name().to_string_lossy()));
+            }
+        }
+        left
+    };
+    let t1 = std::time::Instant::now();
+    let mut left = leftovers();
+    while !left.is_empty() && t1.elapsed().as_secs() < 10 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        left = leftovers();
+    }
+    assert!(left.is_empty(), "left behind: {left:?}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -9,8 +9,11 @@
 //! receiver started and seen listening, sender started, both watched until the receiver exits
 //! or the time cap; the output is compared with the input (size and BLAKE3); CPU, retransmitted
 //! share and emulator CPU are recorded ([`measure`]). Results ([`report`]): JSON lines per run,
-//! markdown tables of the median run per cell, and SVG charts.
+//! markdown tables of the median run per cell, and SVG charts. Emulators, the /dev/shm
+//! workspace and the peer processes are removed on every exit path, an interrupted one
+//! included ([`guard`]).
 
+pub mod guard;
 pub mod measure;
 pub mod path;
 pub mod report;
@@ -23,6 +26,7 @@ use path::{NetPath, Scenario};
 use report::RunRecord;
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
@@ -73,6 +77,9 @@ pub struct TransferArgs {
     /// `send HOST:PORT FILE CC`).
     #[arg(long, hide = true, num_args = 3..=4, value_name = "ARG")]
     tcp_peer: Option<Vec<String>>,
+    /// Internal: clean up after benchmark process PID if it is interrupted.
+    #[arg(long, hide = true, value_name = "PID")]
+    guard: Option<String>,
 }
 
 /// Scenarios of `--quick`.
@@ -198,6 +205,10 @@ pub fn run(a: &TransferArgs) -> Result<(), String> {
     if let Some(peer) = &a.tcp_peer {
         return tcp::run_peer(peer);
     }
+    if let Some(pid) = &a.guard {
+        let exe = std::env::current_exe().map_err(|e| format!("finding this binary: {e}"))?;
+        return guard::watch(pid, &exe);
+    }
     let cfg = TransferConfig::from_args(a)?;
     run_matrix(&cfg)
 }
@@ -214,23 +225,26 @@ const WORKSPACE_PREFIX: &str = "slipstream-bt-";
 
 impl Workspace {
     fn create() -> Result<Workspace, String> {
-        let shm = Path::new("/dev/shm");
-        if let Ok(rd) = std::fs::read_dir(shm) {
-            for e in rd.flatten() {
-                let name = e.file_name().to_string_lossy().into_owned();
-                let pid = name
-                    .strip_prefix(WORKSPACE_PREFIX)
-                    .and_then(|p| p.parse::<u32>().ok());
-                if let Some(pid) = pid {
-                    if !super::netns::alive(pid) {
-                        let _ = std::fs::remove_dir_all(e.path());
-                    }
-                }
-            }
-        }
-        let dir = shm.join(format!("{WORKSPACE_PREFIX}{}", std::process::id()));
+        Workspace::remove_stale();
+        let dir = Path::new("/dev/shm").join(format!("{WORKSPACE_PREFIX}{}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         Ok(Workspace { dir })
+    }
+
+    /// Removes the workspaces of invocations whose process is gone.
+    fn remove_stale() {
+        let Ok(rd) = std::fs::read_dir("/dev/shm") else {
+            return;
+        };
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let pid = name
+                .strip_prefix(WORKSPACE_PREFIX)
+                .and_then(|p| p.parse::<u32>().ok());
+            if pid.is_some_and(|pid| !super::netns::alive(pid)) {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
     }
 
     /// An empty subdirectory `name` (emptied if it existed).
@@ -315,6 +329,8 @@ fn port_in_use(port: u16) -> bool {
 struct Bench<'a> {
     cfg: &'a TransferConfig,
     toolbox: Toolbox,
+    /// Cleans up if this process is interrupted; the peers join its process group.
+    guardian: guard::Guardian,
     ws: Workspace,
     jsonl: std::fs::File,
     runs: Vec<RunRecord>,
@@ -408,6 +424,7 @@ pub fn run_matrix(cfg: &TransferConfig) -> Result<(), String> {
         std::fs::File::create(&jsonl_path).map_err(|e| format!("{}: {e}", jsonl_path.display()))?;
     let mut bench = Bench {
         cfg,
+        guardian: guard::Guardian::spawn(&exe)?,
         toolbox: Toolbox {
             exe,
             udtperf: av.udtperf.clone(),
@@ -578,7 +595,9 @@ impl Bench<'_> {
             None
         };
         let emu_before = net.emulator_stats();
-        let mut rx = Peer::spawn("receiver", &mut self.toolbox.receiver(tool, &plan)?)?;
+        let pgid = self.guardian.process_group();
+        let mut rx_cmd = self.toolbox.receiver(tool, &plan)?;
+        let mut rx = Peer::spawn("receiver", rx_cmd.process_group(pgid))?;
         let listening = Instant::now();
         let mut error = None;
         let (tx, t0, samples) =
@@ -590,7 +609,8 @@ impl Bench<'_> {
                 Ok(()) => {
                     let t0 = Instant::now();
                     let sampler = Sampler::start(out_dir.clone(), t0, SAMPLE_EVERY);
-                    let mut tx = Peer::spawn("sender", &mut self.toolbox.sender(tool, &plan)?)?;
+                    let mut tx_cmd = self.toolbox.sender(tool, &plan)?;
+                    let mut tx = Peer::spawn("sender", tx_cmd.process_group(pgid))?;
                     watch(&mut rx, &mut tx, t0 + self.cfg.time_cap)?;
                     (Some(tx), t0, sampler.finish())
                 }
