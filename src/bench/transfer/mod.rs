@@ -569,6 +569,37 @@ impl Bench<'_> {
         Ok(())
     }
 
+    /// Starts the receiver, waits until it listens, starts the sender and watches both
+    /// ([`watch`]), sampling the output as it grows.
+    fn run_peers(&self, tool: Tool, plan: &Plan<'_>) -> Result<Ended, String> {
+        let pgid = self.guardian.process_group();
+        let mut rx_cmd = self.toolbox.receiver(tool, plan)?;
+        let mut rx = Peer::spawn("receiver", rx_cmd.process_group(pgid))?;
+        let spawned = Instant::now();
+        if let Err(e) = measure::wait_listening(&mut rx, plan.port, tool.is_tcp(), LISTEN_TIMEOUT) {
+            rx.kill()?;
+            return Ok(Ended {
+                rx: rx.outcome.ok_or("receiver outcome missing")?,
+                tx: None,
+                t0: spawned,
+                samples: Vec::new(),
+                error: Some(e),
+            });
+        }
+        let t0 = Instant::now();
+        let sampler = Sampler::start(plan.out_dir.to_path_buf(), t0, SAMPLE_EVERY);
+        let mut tx_cmd = self.toolbox.sender(tool, plan)?;
+        let mut tx = Peer::spawn("sender", tx_cmd.process_group(pgid))?;
+        watch(&mut rx, &mut tx, t0 + self.cfg.time_cap)?;
+        Ok(Ended {
+            rx: rx.outcome.ok_or("receiver outcome missing")?,
+            tx: tx.outcome,
+            t0,
+            samples: sampler.finish(),
+            error: None,
+        })
+    }
+
     /// One transfer of `input` with `tool` over `net`. Failures of the tool are results
     /// (an incomplete run); failures of the harness are errors.
     fn run_once(
@@ -595,29 +626,10 @@ impl Bench<'_> {
             None
         };
         let emu_before = net.emulator_stats();
-        let pgid = self.guardian.process_group();
-        let mut rx_cmd = self.toolbox.receiver(tool, &plan)?;
-        let mut rx = Peer::spawn("receiver", rx_cmd.process_group(pgid))?;
-        let listening = Instant::now();
-        let mut error = None;
-        let (tx, t0, samples) =
-            match measure::wait_listening(&mut rx, plan.port, tool.is_tcp(), LISTEN_TIMEOUT) {
-                Err(e) => {
-                    error = Some(e);
-                    (None, listening, Vec::new())
-                }
-                Ok(()) => {
-                    let t0 = Instant::now();
-                    let sampler = Sampler::start(out_dir.clone(), t0, SAMPLE_EVERY);
-                    let mut tx_cmd = self.toolbox.sender(tool, &plan)?;
-                    let mut tx = Peer::spawn("sender", tx_cmd.process_group(pgid))?;
-                    watch(&mut rx, &mut tx, t0 + self.cfg.time_cap)?;
-                    (Some(tx), t0, sampler.finish())
-                }
-            };
-        rx.kill()?;
-        let rx_out = rx.outcome.ok_or("receiver outcome missing")?;
-        let tx_out = tx.as_ref().and_then(|p| p.outcome);
+        let ended = self.run_peers(tool, &plan)?;
+        let (rx_out, tx_out, t0) = (ended.rx, ended.tx, ended.t0);
+        let mut error = ended.error;
+        let samples = ended.samples;
         let tcp_after = if tool.is_tcp() {
             Some(TcpCounters::read(plan.tx_ns)?)
         } else {
@@ -677,6 +689,21 @@ impl Bench<'_> {
             timeline,
         })
     }
+}
+
+/// How the peers of a run ended.
+#[derive(Debug)]
+struct Ended {
+    /// The receiver.
+    rx: measure::Outcome,
+    /// The sender, if it was started.
+    tx: Option<measure::Outcome>,
+    /// When the sender was started (or the receiver, if the sender never was).
+    t0: Instant,
+    /// The output's size over time.
+    samples: Vec<(f64, u64)>,
+    /// Why the sender was never started.
+    error: Option<String>,
 }
 
 /// Waits for a run to end: until the receiver exits (then the sender gets [`GRACE`] to
