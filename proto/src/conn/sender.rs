@@ -190,6 +190,12 @@ impl Connection {
             if b.lt(a) {
                 continue;
             }
+            // The receiver is alive and names what it lacks: recovery is under way, so the
+            // retransmission timer (which presumes everything unacknowledged lost) restarts.
+            // On a long path the cumulative ACK stalls behind a hole for a round trip or more,
+            // longer than the timeout; without this, every hole became a full-window resend.
+            // A lost tail leaves no hole and draws no NAK: the timer still covers it.
+            self.rto_base_us = now_us;
             self.snd_loss.insert(a, b);
             // Periodic NAKs repeat old losses: only what was never reported is news for the
             // controller and the loss counter.
