@@ -1,13 +1,12 @@
 //! `slipstream bench` end to end: the datagram cell's JSON report, argument errors, the
 //! matrix runner's files, and (as root) the veth path between two network namespaces.
 
+mod common;
+use common::*;
+
 use std::process::{Command, Output};
 
 const BIN: &str = env!("CARGO_BIN_EXE_slipstream");
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 fn bench(args: &[&str]) -> Output {
     Command::new(BIN).arg("bench").args(args).output().unwrap()
@@ -167,34 +166,12 @@ fn dgram_table_writes_reports() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Whether a test that needs root runs: always in CI (where it must not be skipped), else
-/// only as root.
-fn root_test(name: &str) -> bool {
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| text(&o.stdout).trim() == "0");
-    if !root && !ci {
-        eprintln!("skipping {name}: needs root (network namespaces); runs in CI");
-    }
-    root || ci
-}
-
 #[test]
 fn dgram_cell_over_veth_between_namespaces() {
     if !root_test("dgram_cell_over_veth_between_namespaces") {
         return;
     }
-    let list = || {
-        text(
-            &Command::new("ip")
-                .args(["netns", "list"])
-                .output()
-                .unwrap()
-                .stdout,
-        )
-    };
+    let list = netns_list;
     let out = bench(&[
         "dgram",
         "--size",

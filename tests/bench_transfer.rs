@@ -3,6 +3,9 @@
 //! run. In CI a missing tool or missing root fails the root tests; elsewhere they skip, saying
 //! why. No test leaves a network namespace, an emulator or a /dev/shm directory behind.
 
+mod common;
+use common::*;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Mutex;
@@ -10,10 +13,6 @@ use std::sync::Mutex;
 const BIN: &str = env!("CARGO_BIN_EXE_slipstream");
 /// The runs compete for the machine's CPUs: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 fn transfer(args: &[&str]) -> Output {
     Command::new(BIN)
@@ -254,19 +253,6 @@ fn emulated_path_runs_every_tool() {
     }
     let _ = std::fs::remove_dir_all(&dir);
     assert_nothing_left();
-}
-
-/// Whether a root-only test runs: as root, or in CI (where it fails without root).
-fn root_test(name: &str) -> bool {
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| text(&o.stdout).trim() == "0");
-    if !root && !ci {
-        eprintln!("skipping {name}: needs root (network namespaces); runs in CI");
-    }
-    root || ci
 }
 
 /// Ctrl-C (SIGINT) in the middle of a run: the guardian removes the emulator, the namespaces

@@ -2,34 +2,17 @@
 //! emulator's life cycle, its accuracy probes, and kernel TCP, SRT and slipstream crossing
 //! it byte-exact through loss.
 
+mod common;
+use common::*;
+
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_slipstream");
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
 fn slipstream(args: &[&str]) -> Output {
     Command::new(BIN).args(args).output().unwrap()
-}
-
-fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-/// Whether a root test runs: always in CI (where it must not be skipped), else as root.
-fn root_test(name: &str) -> bool {
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| text(&o.stdout).trim() == "0");
-    if !root && !ci() {
-        eprintln!("skipping {name}: needs root (network namespaces, TUN devices); runs in CI");
-    }
-    root || ci()
 }
 
 /// Whether `tool` runs; in CI its absence fails the test.
@@ -84,16 +67,6 @@ impl Drop for Emu {
     fn drop(&mut self) {
         let _ = slipstream(&["netem", "down", &self.name]);
     }
-}
-
-fn netns_list() -> String {
-    text(
-        &Command::new("ip")
-            .args(["netns", "list"])
-            .output()
-            .unwrap()
-            .stdout,
-    )
 }
 
 /// Kills the child on drop (a failing test leaves no process behind).

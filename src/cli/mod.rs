@@ -130,7 +130,8 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
-    /// Measure the datapaths without the protocol (datagram throughput cells and tables).
+    /// Benchmarks: datagram backends (cells and tables), the link emulator's accuracy, and
+    /// file transfers against kernel TCP, libsrt and UDT.
     #[command(subcommand)]
     Bench(crate::bench::BenchCmd),
     /// Link emulator between two network namespaces (rate, delay, jitter, loss, reordering,
