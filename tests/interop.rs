@@ -3,12 +3,14 @@
 //! rejection of a peer that asks for encryption. In CI a missing tool is a failure; elsewhere
 //! these tests skip with a message.
 
-use std::io::Read;
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
+
+mod common;
+use common::{text, Proc};
 
 const SLIPSTREAM: &str = env!("CARGO_BIN_EXE_slipstream");
 static PORT: AtomicU16 = AtomicU16::new(0);
@@ -44,44 +46,11 @@ fn have(tool: &str) -> bool {
     ok
 }
 
-/// Kills the child when dropped, so a failing test leaves no process behind.
-struct Proc(Child, &'static str);
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-impl Proc {
-    fn spawn(name: &'static str, cmd: &mut Command) -> Proc {
-        Proc(
-            cmd.stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect(name),
-            name,
-        )
-    }
-    /// Waits up to `limit`; returns (success, stdout+stderr).
-    fn finish(mut self, limit: Duration) -> (bool, String) {
-        let end = Instant::now() + limit;
-        loop {
-            if let Some(st) = self.0.try_wait().expect("wait") {
-                let mut out = String::new();
-                if let Some(mut o) = self.0.stdout.take() {
-                    let _ = o.read_to_string(&mut out);
-                }
-                if let Some(mut e) = self.0.stderr.take() {
-                    let _ = e.read_to_string(&mut out);
-                }
-                return (st.success(), out);
-            }
-            if Instant::now() > end {
-                let _ = self.0.kill();
-                return (false, format!("{} timed out after {limit:?}", self.1));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+/// Waits up to `limit`; returns (success, stdout+stderr) or (false, why).
+fn finish(p: Proc, limit: Duration) -> (bool, String) {
+    match p.finish(limit) {
+        Ok(o) => (o.status.success(), text(&o.stdout) + &text(&o.stderr)),
+        Err(e) => (false, e),
     }
 }
 
@@ -130,11 +99,11 @@ fn file_slipstream_sends_to_srt_file_transmit() {
             .arg(dir.join("payload.bin"))
             .arg(format!("srt://127.0.0.1:{p}")),
     );
-    let (ok, out) = tx.finish(Duration::from_secs(30));
+    let (ok, out) = finish(tx, Duration::from_secs(30));
     assert!(ok, "slipstream send failed:\n{out}");
     // Normally libsrt exits within milliseconds of our shutdown; if a loaded machine drops
     // that datagram it notices the silence after its 5 s idle timeout instead.
-    let (ok, out) = rx.finish(Duration::from_secs(20));
+    let (ok, out) = finish(rx, Duration::from_secs(20));
     assert!(ok, "srt-file-transmit failed:\n{out}");
     let got = std::fs::read(dir.join("out/payload.bin"))
         .expect("srt-file-transmit wrote the file under the stream id");
@@ -170,9 +139,9 @@ fn file_srt_file_transmit_sends_to_slipstream() {
             .arg(format!("file://{}", dir.join("movie.ts").display()))
             .arg(format!("srt://127.0.0.1:{p}")),
     );
-    let (ok, out) = tx.finish(Duration::from_secs(30));
+    let (ok, out) = finish(tx, Duration::from_secs(30));
     assert!(ok, "srt-file-transmit failed:\n{out}");
-    let (ok, out) = rx.finish(Duration::from_secs(15));
+    let (ok, out) = finish(rx, Duration::from_secs(15));
     assert!(ok, "slipstream recv failed:\n{out}");
     let got = std::fs::read(dir.join("out/movie.ts"))
         .expect("slipstream named the file after the stream id");
@@ -315,7 +284,7 @@ fn encryption_request_is_rejected_clearly() {
                 "srt://127.0.0.1:{p}?mode=caller&passphrase=0123456789abcdef"
             )),
     );
-    let (_, out) = tx.finish(Duration::from_secs(10));
+    let (_, out) = finish(tx, Duration::from_secs(10));
     let lower = out.to_lowercase();
     assert!(
         lower.contains("reject") || lower.contains("password"),

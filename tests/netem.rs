@@ -6,8 +6,8 @@ mod common;
 use common::*;
 
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_slipstream");
 
@@ -69,44 +69,20 @@ impl Drop for Emu {
     }
 }
 
-/// Kills the child on drop (a failing test leaves no process behind).
-struct Proc(Option<Child>);
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Some(c) = self.0.as_mut() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
 fn in_ns(ns: &str, cmd: &[&str]) -> Command {
     let mut c = Command::new("ip");
     c.args(["netns", "exec", ns]).args(cmd);
     c
 }
 
-/// Waits for `child` at most `secs`; its output, or a panic naming `what`.
-fn finish(mut p: Proc, secs: u64, what: &str) -> Output {
-    let t0 = Instant::now();
-    let child = p.0.as_mut().unwrap();
-    while child.try_wait().unwrap().is_none() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(secs),
-            "{what} did not finish in {secs} s"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    p.0.take().unwrap().wait_with_output().unwrap()
+/// Waits for `p` at most `secs`; its output, or a panic naming `what` with what it printed.
+fn finish(p: Proc, secs: u64, what: &str) -> Output {
+    p.finish(Duration::from_secs(secs))
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
 }
 
 fn spawn(mut c: Command) -> Proc {
-    Proc(Some(
-        c.stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    ))
+    Proc::spawn("child", &mut c)
 }
 
 fn same_file(a: &Path, b: &Path) {

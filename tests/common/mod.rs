@@ -1,7 +1,10 @@
 //! Helpers shared by the integration tests that need root or read tool output.
 #![allow(dead_code)]
 
-use std::process::Command;
+use std::io::Read;
+use std::process::{Child, Command, Output, Stdio};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 /// Lossy UTF-8 of a process's output.
 pub fn text(b: &[u8]) -> String {
@@ -30,4 +33,79 @@ pub fn root_test(name: &str) -> bool {
 pub fn netns_list() -> String {
     let out = Command::new("ip").args(["netns", "list"]).output();
     out.map(|o| text(&o.stdout)).unwrap_or_default()
+}
+
+/// A child process whose stdout and stderr are drained while it runs, so that a chatty tool
+/// (srt-file-transmit prints a line per chunk it reads after its peer's shutdown) never blocks
+/// on a full pipe. Killed when dropped: a failing test leaves no process behind.
+pub struct Proc {
+    child: Child,
+    name: String,
+    out: Option<JoinHandle<Vec<u8>>>,
+    err: Option<JoinHandle<Vec<u8>>>,
+}
+
+fn drain(mut r: impl Read + Send + 'static) -> JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = r.read_to_end(&mut v);
+        v
+    })
+}
+
+impl Proc {
+    pub fn spawn(name: &str, cmd: &mut Command) -> Proc {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let out = child.stdout.take().map(drain);
+        let err = child.stderr.take().map(drain);
+        Proc {
+            child,
+            name: name.to_string(),
+            out,
+            err,
+        }
+    }
+
+    /// Waits at most `limit`: the output, or an error naming the process with what it printed.
+    pub fn finish(mut self, limit: Duration) -> Result<Output, String> {
+        let end = Instant::now() + limit;
+        let status = loop {
+            if let Some(st) = self.child.try_wait().expect("wait") {
+                break Some(st);
+            }
+            if Instant::now() > end {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let join = |h: Option<JoinHandle<Vec<u8>>>| h.map(|h| h.join().unwrap_or_default());
+        let stdout = join(self.out.take()).unwrap_or_default();
+        let stderr = join(self.err.take()).unwrap_or_default();
+        match status {
+            Some(status) => Ok(Output {
+                status,
+                stdout,
+                stderr,
+            }),
+            None => Err(format!(
+                "{} did not finish in {limit:?}; it printed:\n{}{}",
+                self.name,
+                text(&stdout),
+                text(&stderr)
+            )),
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
