@@ -212,6 +212,19 @@ impl LossList {
         self.ranges.iter().copied()
     }
 
+    /// Iterates, in order, the numbers from `seq` on: the ranges that end at or after it, the
+    /// first clipped to start no earlier than `seq`.
+    pub fn iter_from(&self, seq: SeqNo) -> impl Iterator<Item = (SeqNo, SeqNo)> + '_ {
+        let i = if self.ranges.is_empty() {
+            0
+        } else {
+            self.first_ending_at_or_after(self.off(seq))
+        };
+        self.ranges
+            .range(i..)
+            .map(move |&(s, e)| (if s.lt(seq) { seq } else { s }, e))
+    }
+
     /// Removes everything.
     pub fn clear(&mut self) {
         self.ranges.clear();
@@ -232,6 +245,29 @@ mod tests {
 
     fn ranges(l: &LossList) -> Vec<(u32, u32)> {
         l.iter().map(|(a, b)| (a.get(), b.get())).collect()
+    }
+
+    #[test]
+    fn iter_from_clips_the_first_range_and_skips_earlier_ones() {
+        let mut l = LossList::new();
+        let from = |l: &LossList, v: u32| -> Vec<(u32, u32)> {
+            l.iter_from(s(v)).map(|(a, b)| (a.get(), b.get())).collect()
+        };
+        assert!(from(&l, 5).is_empty());
+        // Across the wrap-around point.
+        let top = SeqNo::MAX;
+        l.insert(s(top - 9), s(top - 5));
+        l.insert(s(3), s(3));
+        l.insert(s(10), s(20));
+        assert_eq!(from(&l, top - 20), ranges(&l));
+        assert_eq!(
+            from(&l, top - 7),
+            vec![(top - 7, top - 5), (3, 3), (10, 20)]
+        );
+        assert_eq!(from(&l, top - 4), vec![(3, 3), (10, 20)]);
+        assert_eq!(from(&l, 15), vec![(15, 20)]);
+        assert_eq!(from(&l, 20), vec![(20, 20)]);
+        assert!(from(&l, 21).is_empty());
     }
 
     /// Ranges are well-formed, sorted, disjoint and non-adjacent, and `len` matches them.

@@ -115,7 +115,12 @@ struct Pending {
     ackack_len: usize,
     nak: [(SeqNo, SeqNo); 8],
     nak_len: usize,
-    periodic_nak: bool,
+    /// A sweep over the receiver's loss list is under way from this number on: set by the
+    /// periodic NAK timer (from the oldest loss) and when more new gaps appear between two
+    /// transmissions than `nak` holds (from the oldest of them).
+    nak_sweep: Option<SeqNo>,
+    /// NAK packets the current sweep may still send.
+    nak_sweep_pkts: u32,
     keepalive: bool,
     shutdown: u8,
     dropreq: Option<(u32, SeqNo, SeqNo)>,
@@ -471,7 +476,7 @@ impl Connection {
                     self.on_ack_tick(now_us);
                 }
                 if !self.rcv_loss.is_empty() && now_us >= self.next_nak_tick {
-                    self.pending.periodic_nak = true;
+                    self.start_nak_sweep(self.rcv_loss.first());
                     self.next_nak_tick = now_us + self.nak_interval_us();
                 }
                 if now_us >= self.idle_deadline_us() {
@@ -853,7 +858,7 @@ impl Connection {
             self.pending.light_ack = false;
             return self.emit_light_ack(now_us, buf);
         }
-        if self.pending.nak_len > 0 || self.pending.periodic_nak {
+        if self.pending.nak_len > 0 || self.pending.nak_sweep.is_some() {
             if let Some(n) = self.emit_nak(now_us, buf) {
                 return Some(n);
             }

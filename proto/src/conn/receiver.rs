@@ -9,6 +9,9 @@ use crate::wire::{emit_nak, Ack, AckInfo, ControlBody, DataHeader, UDP_IPV4_OVER
 
 /// Default light-ACK spacing in packets (UDT / SRT).
 const LIGHT_ACK_PKTS: u32 = super::LIGHT_ACK_PKTS;
+/// Most NAK packets one sweep of the loss list sends (about 180 ranges each): bounds the
+/// reverse traffic per NAK interval (at least 20 ms) to 48 KB.
+pub(super) const NAK_SWEEP_MAX_PKTS: u32 = 32;
 
 impl Connection {
     pub(super) fn on_data(&mut self, now_us: u64, h: &DataHeader, payload: &[u8]) {
@@ -75,8 +78,28 @@ impl Connection {
             p.nak[p.nak_len] = (first, last);
             p.nak_len += 1;
         } else {
-            p.periodic_nak = true;
+            // More new gaps than one report holds: report the loss list from the oldest of
+            // them on (everything after it is new too), unless a sweep already under way
+            // will get there. Its budget is not renewed: a peer that keeps opening gaps gets
+            // at most one NAK per gap back.
+            let from = p.nak[0].0;
+            p.nak_len = 0;
+            if p.nak_sweep.is_none() {
+                p.nak_sweep = Some(from);
+                p.nak_sweep_pkts = NAK_SWEEP_MAX_PKTS;
+            }
         }
+    }
+
+    /// Starts a sweep that reports the loss list from `from` on (the periodic NAK: from the
+    /// oldest loss), in as many NAK packets as it takes, at most [`NAK_SWEEP_MAX_PKTS`]. One
+    /// packet holds about 180 ranges: a burst of scattered losses (a queue overflowing under a
+    /// sender that is too fast leaves every other packet missing) has thousands, and reporting
+    /// only the oldest ones each NAK interval repaired them at a few hundred per round trip.
+    pub(super) fn start_nak_sweep(&mut self, from: Option<SeqNo>) {
+        let Some(from) = from else { return };
+        self.pending.nak_sweep = Some(from);
+        self.pending.nak_sweep_pkts = NAK_SWEEP_MAX_PKTS;
     }
 
     /// Unwraps a 32-bit sender timestamp to 64 bits, nearest to the last one seen.
@@ -215,13 +238,23 @@ impl Connection {
             .saturating_sub(UDP_IPV4_OVERHEAD)
             .min(buf.len());
         let ts = now_us as u32;
-        let (n, _) = if self.pending.periodic_nak {
-            self.pending.periodic_nak = false;
-            self.pending.nak_len = 0;
-            if self.rcv_loss.is_empty() {
+        let (n, _) = if self.pending.nak_len == 0 {
+            let from = self.pending.nak_sweep.take()?;
+            let (n, count) = emit_nak(
+                ts,
+                self.peer_id,
+                self.rcv_loss.iter_from(from),
+                &mut buf[..limit],
+            );
+            if count == 0 {
                 return None;
             }
-            emit_nak(ts, self.peer_id, self.rcv_loss.iter(), &mut buf[..limit])
+            // Continue after what fitted, while the budget lasts.
+            self.pending.nak_sweep_pkts = self.pending.nak_sweep_pkts.saturating_sub(1);
+            if self.pending.nak_sweep_pkts > 0 {
+                self.pending.nak_sweep = self.rcv_loss.iter_from(from).nth(count).map(|r| r.0);
+            }
+            (n, count)
         } else {
             let k = std::mem::take(&mut self.pending.nak_len);
             emit_nak(
