@@ -2,6 +2,7 @@
 
 mod common;
 use common::*;
+use slipstream_proto::endpoint::ConnId;
 use slipstream_proto::seq::SeqNo;
 use slipstream_proto::sim::Pair;
 use std::time::Duration;
@@ -194,4 +195,122 @@ fn a_burst_of_scattered_losses_is_repaired_in_a_few_round_trips() {
         repaired <= Duration::from_millis(350),
         "holes repaired only {repaired:?} after the burst (RTT 100 ms)"
     );
+}
+
+/// Streams `data` from `ca` to `cb` without closing; returns once everything is acknowledged.
+fn stream_with_open(p: &mut Pair, ca: ConnId, cb: ConnId, data: &[u8]) -> usize {
+    let (mut sent, mut got) = (0, 0);
+    let mut buf = vec![0u8; 1 << 16];
+    let ok = p.run_until(Duration::from_secs(30), |p| {
+        let now = p.now;
+        let c = p.a.conn(ca).expect("sender");
+        while sent < data.len() {
+            match c.send(now, &data[sent..]) {
+                Ok(n) => sent += n,
+                Err(_) => break,
+            }
+        }
+        let acked = c.stats(now).pkts_in_flight == 0 && c.send_buffer_len() == 0;
+        while let Ok(n) = p.b.conn(cb).expect("receiver").recv(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            got += n;
+        }
+        sent == data.len() && got == data.len() && acked
+    });
+    assert!(ok, "warm-up did not finish");
+    got
+}
+
+/// While the ACK point is stuck behind a hole, arrivals keep asking for a light ACK that has
+/// nothing to say; the NAKs due must still go out. (They once waited behind it for as long as
+/// the hole lasted, since every batch of arrivals renewed the request: with its first NAK
+/// lost, a hole stayed open for hundreds of milliseconds on a 1 % loss path.) Driven by hand,
+/// so that arrivals and the NAK timer fall into the same wake-up as in a real event loop.
+#[test]
+fn naks_are_not_held_back_by_a_light_ack_with_nothing_to_say() {
+    let s = seed(32);
+    let _g = SeedGuard(s);
+    let mut p = Pair::new(s, path(10, 0.0, None), path(10, 0.0, None));
+    let (ca, cb) = connect(&mut p, file_cfg());
+    // Warm up (the window opens), then let the path drain.
+    let warm = content(5_000_000, s);
+    let _ = stream_with_open(&mut p, ca, cb, &warm);
+    let mut now = p.now;
+    let data = content(600 * 1456, s);
+    let c = p.a.conn(ca).expect("sender");
+    let mut sent = 0;
+    while sent < data.len() {
+        sent += c.send(now, &data[sent..]).expect("send");
+    }
+    // Collect the sender's first 600 data packets (pacing spreads them over some ms).
+    let mut pkts: Vec<Vec<u8>> = Vec::new();
+    let mut buf = vec![0u8; 2048];
+    while pkts.len() < 600 {
+        match p.a.poll_transmit(now, &mut buf) {
+            Some(t) => pkts.push(buf[..t.len].to_vec()),
+            None => {
+                now += Duration::from_micros(100);
+                assert!(now - p.now < Duration::from_secs(1), "the sender stalled");
+            }
+        }
+    }
+    let (a_addr, b_addr) = (p.a_addr, p.b_addr);
+    let is_nak = |d: &[u8]| {
+        matches!(
+            slipstream_proto::wire::Packet::parse(d),
+            Ok(slipstream_proto::wire::Packet::Control(
+                slipstream_proto::wire::Control {
+                    body: slipstream_proto::wire::ControlBody::Nak(_),
+                    ..
+                }
+            ))
+        )
+    };
+    // Packet 1 is lost. The receiver's NAKs are counted and dropped (as if the return path
+    // lost them, so the hole stays open); its ACKs reach the sender, whose ACKACKs come back
+    // (its data, retransmissions included, is dropped).
+    let mut naks = 0u32;
+    let mut exchange = |p: &mut Pair, now, naks: &mut u32| {
+        while let Some(t) = p.b.poll_transmit(now, &mut buf) {
+            if is_nak(&buf[..t.len]) {
+                *naks += 1;
+            } else {
+                p.a.handle(now, b_addr, &buf[..t.len]);
+            }
+        }
+        while let Some(t) = p.a.poll_transmit(now, &mut buf) {
+            if !matches!(
+                slipstream_proto::wire::Packet::parse(&buf[..t.len]),
+                Ok(slipstream_proto::wire::Packet::Data(..))
+            ) {
+                p.b.handle(now, a_addr, &buf[..t.len]);
+            }
+        }
+    };
+    p.b.handle(now, a_addr, &pkts[0]);
+    for d in &pkts[2..100] {
+        p.b.handle(now, a_addr, d);
+        exchange(&mut p, now, &mut naks);
+    }
+    assert_eq!(naks, 1, "the gap is reported at once");
+    // 200 ms of wake-ups, each with two new arrivals behind the hole, then the timers.
+    let mut next = 100;
+    for _ in 0..200 {
+        now += Duration::from_millis(1);
+        for _ in 0..2 {
+            p.b.handle(now, a_addr, &pkts[next]);
+            next += 1;
+        }
+        p.a.handle_timeout(now);
+        p.b.handle_timeout(now);
+        exchange(&mut p, now, &mut naks);
+    }
+    assert!(
+        p.b.conn(cb).expect("receiver").stats(now).rcv_loss_pkts == 1,
+        "the hole is still there"
+    );
+    // The periodic NAK comes every max((RTT + 4 RTTVar) / 2, 20 ms): several in 200 ms.
+    assert!(naks >= 5, "only {naks} NAKs in 200 ms with a hole open");
 }

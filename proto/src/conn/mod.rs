@@ -856,7 +856,12 @@ impl Connection {
         }
         if self.pending.light_ack {
             self.pending.light_ack = false;
-            return self.emit_light_ack(now_us, buf);
+            // Nothing new to acknowledge (the ACK point is stuck behind a hole) sends nothing:
+            // go on to the NAKs. Returning here starved them for as long as the hole lasted,
+            // since every batch of arrivals asked for another light ACK.
+            if let Some(n) = self.emit_light_ack(now_us, buf) {
+                return Some(n);
+            }
         }
         if self.pending.nak_len > 0 || self.pending.nak_sweep.is_some() {
             if let Some(n) = self.emit_nak(now_us, buf) {
