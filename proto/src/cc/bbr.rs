@@ -34,8 +34,11 @@
 //!   grown by the packets acknowledged (doubling once per round trip). The first sample comes
 //!   from that unpaced burst, which crosses the bottleneck back to back, so it is already close
 //!   to the bottleneck rate. Startup ends when
-//!   `btl_bw` has not grown by 25 % in three rounds ("the pipe is full"), or when a round sees
-//!   heavy loss (see below).
+//!   `btl_bw` has not grown by 25 % in three rounds ("the pipe is full"), when a round loses
+//!   more than [`STARTUP_LOSS_FACTOR`] times the lowest loss ratio of a round so far plus
+//!   [`STARTUP_LOSS_MARGIN`] (random loss stays at its level; a queue overflowing under
+//!   2.89 times the bottleneck rate loses far more, a round before the plateau shows), or when
+//!   a round sees heavy loss (see below).
 //! - *Drain*: pacing gain `1 / 2.89`, window gain 2.89, until the packets in flight fall to the
 //!   estimated BDP (plus the allowances below), at most [`DRAIN_MAX_ROUNDS`] rounds. In-flight is
 //!   not in [`CcContext`]; it is estimated as `last_sent_seq - ack_seq + 1` on each ACK, which
@@ -46,9 +49,11 @@
 //!   flows sharing a bottleneck. The 1.25 phase probes for more bandwidth; the 0.75 phase drains
 //!   the queue the probe made. A flow with a small share gains relatively more from its probes
 //!   than a flow with a large share, which moves flows towards equal shares.
-//! - *ProbeRTT*: when `min_rtt` has not been refreshed for 10 s, the window drops to
-//!   [`MIN_CWND`] for `max(200 ms, one round)` so that queues drain and the RTT can be measured
-//!   again, then the controller returns to ProbeBW (or Startup if the pipe was never full).
+//! - *ProbeRTT*: when `min_rtt` has not been refreshed for 10 s, the window drops to half the
+//!   estimated BDP ([`PROBE_RTT_CWND_GAIN`], as BBR v2; v1's four packets idle a long fat path
+//!   for the whole probe) for `max(200 ms, one round)` so that queues drain and the RTT can be
+//!   measured again, then the controller returns to ProbeBW (or Startup if the pipe was never
+//!   full).
 //!
 //! **Outputs.**
 //!
@@ -62,8 +67,8 @@
 //!   every packet from the oldest unacknowledged one as in flight; after a loss, the packets
 //!   delivered behind the hole stay counted until the retransmission arrives and is
 //!   acknowledged, about two round trips later. The *loss allowance*,
-//!   `btl_bw × LOSS_ALLOWANCE_RTTS × min_rtt`, added in ProbeBW while losses were reported in
-//!   the last [`BW_WINDOW_ROUNDS`] rounds, keeps those delivered packets from closing the
+//!   `btl_bw × LOSS_ALLOWANCE_RTTS × min_rtt`, added in every state while losses were reported
+//!   in the last [`BW_WINDOW_ROUNDS`] rounds, keeps those delivered packets from closing the
 //!   window; pacing still sets the rate. It is withheld while the engine's smoothed RTT exceeds
 //!   its own minimum by [`QUEUE_RTT_FACTOR`]: a standing queue means the losses are congestion
 //!   (flows sharing a bottleneck overestimate their sum), and there the window must bound the
@@ -110,6 +115,16 @@ pub const BW_WINDOW_ROUNDS: usize = 10;
 pub const MIN_RTT_WINDOW_US: u64 = 10_000_000;
 /// Minimum time spent in ProbeRTT, µs.
 pub const PROBE_RTT_US: u64 = 200_000;
+/// Startup ends when a round's loss ratio exceeds this multiple of the lowest ratio seen in
+/// a round, plus [`STARTUP_LOSS_MARGIN`]: random loss keeps its level, an overflowing queue
+/// (pacing at 2.89 times the bottleneck drops about two packets in three) does not.
+pub const STARTUP_LOSS_FACTOR: f64 = 3.0;
+/// See [`STARTUP_LOSS_FACTOR`].
+pub const STARTUP_LOSS_MARGIN: f64 = 0.02;
+/// Packets a round must send before its loss ratio counts for Startup's loss exit.
+const STARTUP_LOSS_MIN_PKTS: u64 = 500;
+/// Window during ProbeRTT as a fraction of the estimated BDP.
+pub const PROBE_RTT_CWND_GAIN: f64 = 0.5;
 /// Bandwidth growth that counts as "still growing" in Startup.
 pub const FULL_BW_GROWTH: f64 = 1.25;
 /// Rounds without such growth after which the pipe is full.
@@ -122,10 +137,15 @@ pub const HEAVY_LOSS_RATIO: f64 = 0.2;
 pub const HEAVY_LOSS_CUT: f64 = 0.85;
 /// Packets that must be sent in a round before its loss ratio is trusted.
 const HEAVY_LOSS_MIN_PKTS: u64 = 20;
-/// Extra window, in smoothed RTTs of bandwidth, while losses are being reported.
-pub const LOSS_ALLOWANCE_RTTS: f64 = 2.0;
+/// Extra window, in `min_rtt`s of bandwidth, while losses are being reported. A hole stays
+/// open about two round trips (the NAK, then the retransmission); when the retransmission is
+/// lost too (1 % of holes at 1 % loss), about four. With two, those holes closed the window
+/// several times a second at 1 % loss (1 Gbit/s, 50 ms: 11.2 s for 1 GiB; with four, 10.8 s).
+pub const LOSS_ALLOWANCE_RTTS: f64 = 4.0;
 /// The loss allowance is withheld while the smoothed RTT exceeds `min_rtt` by this factor.
-pub const QUEUE_RTT_FACTOR: f64 = 1.25;
+/// At 1.25, a receiver slowed by a busy CPU (2 cores, both ends and the emulator) read as a
+/// queue several times a second at 1 Gbit/s, 50 ms, and each time the window halved.
+pub const QUEUE_RTT_FACTOR: f64 = 1.5;
 /// Initial window and smallest model window, packets.
 pub const INITIAL_CWND: f64 = 16.0;
 /// Smallest window ever (timeout, ProbeRTT), packets.
@@ -218,6 +238,8 @@ pub struct Bbr {
     send_mark: Option<(u64, u64)>,
     /// Our own sending rate over the last two completed intervals, packets/s.
     send_rates: [f64; 2],
+    /// Lowest loss ratio of a round so far (random loss), for Startup's loss exit.
+    base_loss_ratio: Option<f64>,
 }
 
 impl Default for Bbr {
@@ -250,6 +272,7 @@ impl Default for Bbr {
             engine_min_rtt_us: 0.0,
             send_mark: None,
             send_rates: [0.0; 2],
+            base_loss_ratio: None,
         }
     }
 }
@@ -359,10 +382,15 @@ impl Bbr {
 
     /// Packets delivered behind holes that the engine still counts as in flight.
     fn loss_allowance(&self, ctx: &CcContext, bw: f64) -> f64 {
-        let recent = matches!(self.state, BbrState::ProbeBw | BbrState::ProbeRtt)
-            && self
-                .last_loss_round
-                .is_some_and(|r| self.round_count.saturating_sub(r) < BW_WINDOW_ROUNDS as u64);
+        // In every state: in Startup at 1 % loss, holes otherwise held the window shut for
+        // most of every round (1 Gbit/s, 50 ms: 0.5 s more to reach the link rate). But in
+        // Startup only on a path that lost packets before any queue could overflow (a round
+        // with losses is the baseline): on a clean path the first losses are Startup's own
+        // overshoot, and a larger window would only make it worse.
+        let recent = self
+            .last_loss_round
+            .is_some_and(|r| self.round_count.saturating_sub(r) < BW_WINDOW_ROUNDS as u64)
+            && (self.state != BbrState::Startup || self.base_loss_ratio.is_some_and(|b| b > 0.0));
         // A standing queue (the engine's RTT, measured with ACK/ACKACK and so free of the
         // hole stalls, well above min_rtt) means the losses are congestion: no allowance then.
         // Compared with its own minimum: it converges slowly from a default at the start.
@@ -464,6 +492,17 @@ impl Bbr {
         let lost = ctx.pkts_lost.saturating_sub(self.round_lost_base);
         self.round_sent_base = ctx.pkts_sent;
         self.round_lost_base = ctx.pkts_lost;
+        if sent >= STARTUP_LOSS_MIN_PKTS {
+            let ratio = lost as f64 / sent as f64;
+            let base = self.base_loss_ratio.map_or(ratio, |b| b.min(ratio));
+            if self.state == BbrState::Startup
+                && self.base_loss_ratio.is_some()
+                && ratio > STARTUP_LOSS_FACTOR * base + STARTUP_LOSS_MARGIN
+            {
+                self.filled_pipe = true;
+            }
+            self.base_loss_ratio = Some(base);
+        }
         if sent >= HEAVY_LOSS_MIN_PKTS && lost as f64 > HEAVY_LOSS_RATIO * sent as f64 {
             match self.state {
                 BbrState::Startup => self.filled_pipe = true,
@@ -535,6 +574,14 @@ impl Bbr {
         self.cwnd = finite_or(self.cwnd, INITIAL_CWND).clamp(INITIAL_CWND, 1e9);
     }
 
+    /// The window during ProbeRTT: half the estimated BDP (as BBR v2), enough to drain the
+    /// queue this flow built while it keeps about half its rate; BBR v1's four packets stall
+    /// a long fat path for the whole 200 ms.
+    fn probe_rtt_cwnd(&self, ctx: &CcContext) -> f64 {
+        let bdp = self.bw_eff(ctx) * self.min_rtt_us / 1e6;
+        finite_or(PROBE_RTT_CWND_GAIN * bdp, MIN_CWND).max(MIN_CWND)
+    }
+
     /// Writes the outputs, bounded.
     fn apply(&self, ctx: &CcContext, ctl: &mut CcControl) {
         let bw = self.bw_eff(ctx);
@@ -550,9 +597,13 @@ impl Bbr {
         let min_period = finite_or(min_period, MIN_PERIOD_US).min(MAX_PERIOD_US);
         ctl.send_period_us = finite_or(period, min_period).clamp(min_period, MAX_PERIOD_US);
 
-        let restricted = self.state == BbrState::ProbeRtt
-            || self.timeout_until_us.is_some_and(|t| ctx.now_us < t);
-        let cwnd = if restricted { MIN_CWND } else { self.cwnd };
+        let cwnd = if self.timeout_until_us.is_some_and(|t| ctx.now_us < t) {
+            MIN_CWND
+        } else if self.state == BbrState::ProbeRtt {
+            self.probe_rtt_cwnd(ctx)
+        } else {
+            self.cwnd
+        };
         ctl.cwnd_pkts = finite_or(cwnd, INITIAL_CWND).clamp(MIN_CWND, max_cwnd(ctx));
     }
 }
@@ -697,6 +748,34 @@ mod tests {
         assert_eq!(cc.state(), BbrState::Startup);
     }
 
+    /// Feeds ACKs every 10 ms for `ms` with a receive rate growing 10 % per ACK (Startup's
+    /// plateau never shows) and `loss` of the packets sent reported lost.
+    fn grow(cc: &mut Bbr, ctl: &mut CcControl, mut c: CcContext, loss: f64, ms: u64) -> CcContext {
+        for _ in 0..ms / 10 {
+            c.now_us += 10_000;
+            c.recv_rate_pps = (f64::from(c.recv_rate_pps.max(1000)) * 1.1) as u32;
+            let per_ack = c.recv_rate_pps / 100;
+            c.pkts_sent += u64::from(per_ack);
+            c.pkts_lost += (f64::from(per_ack) * loss) as u64;
+            c.last_sent_seq = c.last_sent_seq.add(per_ack);
+            ack(cc, c, ctl, c.last_sent_seq.next(), per_ack);
+        }
+        c
+    }
+
+    #[test]
+    fn startup_survives_random_loss_but_not_an_overflowing_queue() {
+        // Below the heavy-loss ratio (20 %): this is Startup's own loss exit.
+        for (random, overflow) in [(0.0, 0.1), (0.01, 0.1), (0.05, 0.19)] {
+            let (mut cc, mut ctl) = started(&ctx(0));
+            let c = grow(&mut cc, &mut ctl, ctx(0), random, 400);
+            assert_eq!(cc.state(), BbrState::Startup, "{random} random loss");
+            // A round that loses far more than the path's usual share: the queue overflows.
+            let _ = grow(&mut cc, &mut ctl, c, overflow, 50);
+            assert_ne!(cc.state(), BbrState::Startup, "{random} random loss");
+        }
+    }
+
     #[test]
     fn startup_paces_at_high_gain_then_drains_and_cycles() {
         let (mut cc, mut ctl) = started(&ctx(0));
@@ -796,6 +875,7 @@ mod tests {
     #[test]
     fn probe_rtt_after_ten_seconds_without_a_lower_rtt() {
         let (mut cc, mut ctl, mut c) = in_probe_bw(10_000);
+        let before = ctl.cwnd_pkts;
         // The RTT stays above the minimum from now on (a standing queue).
         c.rtt = Duration::from_millis(60);
         let mut saw_probe_rtt = false;
@@ -806,7 +886,10 @@ mod tests {
             ack(&mut cc, c, &mut ctl, c.last_sent_seq.sub(10), 100);
             if cc.state() == BbrState::ProbeRtt {
                 saw_probe_rtt = true;
-                assert_eq!(ctl.cwnd_pkts, MIN_CWND);
+                // Half the BDP: 10,000 packets/s over the 40 ms minimum.
+                let bdp = cc.btl_bw_pps() * cc.min_rtt_us() / 1e6;
+                assert!((ctl.cwnd_pkts - bdp / 2.0).abs() < 1.0, "{}", ctl.cwnd_pkts);
+                assert!(ctl.cwnd_pkts < before / 2.0);
             }
         }
         assert!(saw_probe_rtt);
