@@ -232,13 +232,14 @@ impl IoLoop {
             let batch = self.dp.recv(timeout)?;
             shared.io_sleeping.store(false, Ordering::Release);
 
+            // One timestamp per batch: when it was read. The receiver's rate estimator shares
+            // the time since the previous batch among the batch's packets; a clock read per
+            // datagram would time the CPU working through the batch, not the link.
+            let read_at = Instant::now();
             let mut g = shared.lock();
             let n = batch.len();
             for (src, data) in batch.iter() {
-                // A clock read per datagram: the receiver's packet-pair bandwidth probe
-                // measures the gap between two datagrams, which one shared timestamp per
-                // batch would make zero.
-                g.ep.handle(Instant::now(), src, data);
+                g.ep.handle(read_at, src, data);
             }
             let now = Instant::now();
             let mut fired = false;

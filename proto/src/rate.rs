@@ -6,6 +6,16 @@
 //! further than a factor of 8 from the median (idle gaps, bursts after a stall, cross traffic
 //! squeezing between a probe pair) are discarded, and the rate is the reciprocal of the mean of
 //! what remains. Nothing here reads a clock or allocates after construction.
+//!
+//! **Receive batches.** A runtime that reads datagrams in batches stamps a batch with one time:
+//! when it was read, not when each packet arrived. Arrivals with the same time form a *group*,
+//! and the group's packets share the time since the previous group evenly: `k` packets read
+//! `d` after the previous read arrived at about one per `d / k`. That is what the link
+//! delivered, whatever the batch size, the wake-up latency or a stall of the reader (a late
+//! reader gets a bigger batch over a longer gap). Timing each packet as it is processed instead
+//! measures the CPU: intervals of a microsecond or less, many times the link's rate. A runtime
+//! with one timestamp per packet (the simulator, kernel receive timestamps) makes every group a
+//! single packet, which is UDT's estimator unchanged.
 
 use std::time::Instant;
 
@@ -13,6 +23,8 @@ use std::time::Instant;
 const ARRIVAL_WINDOW: usize = 16;
 /// Number of probe-pair intervals kept for the capacity estimate.
 const PROBE_WINDOW: usize = 64;
+/// Fewest arrival intervals that give a receiving rate.
+const MIN_ARRIVAL_SAMPLES: u64 = 4;
 /// Samples further than this factor from the median are ignored.
 const FILTER_FACTOR: u64 = 8;
 const NANOS_PER_SEC: u128 = 1_000_000_000;
@@ -24,16 +36,22 @@ const NANOS_PER_SEC: u128 = 1_000_000_000;
 /// pair.
 #[derive(Debug, Clone)]
 pub struct RateEstimator {
-    /// Nanoseconds between consecutive arrivals (ring, saturated at `u32::MAX` ≈ 4.3 s).
+    /// Nanoseconds per packet of the closed groups (ring, saturated at `u32::MAX` ≈ 4.3 s).
     arrival_ns: [u32; ARRIVAL_WINDOW],
-    /// Size of the packet that ended the matching interval.
+    /// Bytes per packet of the matching sample.
     arrival_bytes: [u32; ARRIVAL_WINDOW],
     /// Next slot to overwrite in the arrival ring.
     arrival_next: usize,
     /// Number of valid slots in the arrival ring.
     arrival_filled: usize,
-    /// Time of the previous arrival.
-    last_arrival: Option<Instant>,
+    /// Time of the group before the open one (the previous read).
+    prev_group: Option<Instant>,
+    /// Time of the open group.
+    group_time: Option<Instant>,
+    /// Packets in the open group.
+    group_pkts: u32,
+    /// Bytes in the open group.
+    group_bytes: u64,
     /// Nanoseconds between the two packets of each probe pair (ring).
     probe_ns: [u32; PROBE_WINDOW],
     /// Next slot to overwrite in the probe ring.
@@ -85,7 +103,10 @@ impl RateEstimator {
             arrival_bytes: [0; ARRIVAL_WINDOW],
             arrival_next: 0,
             arrival_filled: 0,
-            last_arrival: None,
+            prev_group: None,
+            group_time: None,
+            group_pkts: 0,
+            group_bytes: 0,
             probe_ns: [0; PROBE_WINDOW],
             probe_next: 0,
             probe_filled: 0,
@@ -96,17 +117,45 @@ impl RateEstimator {
     /// Every data packet arrival (time is an argument; this module never reads a clock).
     ///
     /// `bytes` is whatever size the caller wants the byte rate to count (payload alone, or
-    /// including headers). The first arrival only starts the clock; each later one records the
-    /// interval since the previous arrival. O(1).
+    /// including headers). Arrivals stamped with the same time (or, should a clock step back,
+    /// an earlier one) join the open group; a later time closes it (see the module notes). The
+    /// first group only starts the clock. O(1) per arrival, at most 16 ring writes per group.
     pub fn on_arrival(&mut self, now: Instant, bytes: usize) {
-        if let Some(prev) = self.last_arrival {
-            let slot = self.arrival_next;
-            self.arrival_ns[slot] = interval_ns(now, prev);
-            self.arrival_bytes[slot] = u32::try_from(bytes).unwrap_or(u32::MAX);
-            self.arrival_next = (slot + 1) % ARRIVAL_WINDOW;
-            self.arrival_filled = (self.arrival_filled + 1).min(ARRIVAL_WINDOW);
+        if let Some(t) = self.group_time {
+            if now <= t {
+                self.group_pkts = self.group_pkts.saturating_add(1);
+                self.group_bytes = self.group_bytes.saturating_add(bytes as u64);
+                return;
+            }
+            self.close_group(t);
         }
-        self.last_arrival = Some(now);
+        self.group_time = Some(now);
+        self.group_pkts = 1;
+        self.group_bytes = bytes as u64;
+    }
+
+    /// Per-packet interval and size of the open group, if it has a predecessor.
+    fn open_sample(&self) -> Option<(u32, u32, u32)> {
+        let (t, prev) = (self.group_time?, self.prev_group?);
+        let n = self.group_pkts.max(1);
+        let ns = (interval_ns(t, prev) / n).max(1);
+        let bytes = u32::try_from(self.group_bytes / u64::from(n)).unwrap_or(u32::MAX);
+        Some((ns, bytes, n))
+    }
+
+    /// Moves the open group (read at `t`) into the ring: one sample per packet, at most a
+    /// window's worth.
+    fn close_group(&mut self, t: Instant) {
+        if let Some((ns, bytes, n)) = self.open_sample() {
+            for _ in 0..(n as usize).min(ARRIVAL_WINDOW) {
+                let slot = self.arrival_next;
+                self.arrival_ns[slot] = ns;
+                self.arrival_bytes[slot] = bytes;
+                self.arrival_next = (slot + 1) % ARRIVAL_WINDOW;
+                self.arrival_filled = (self.arrival_filled + 1).min(ARRIVAL_WINDOW);
+            }
+        }
+        self.prev_group = Some(t);
     }
 
     /// The first packet of a probe pair (sequence number % 16 == 0) has arrived.
@@ -137,26 +186,43 @@ impl RateEstimator {
         self.probe_filled = (self.probe_filled + 1).min(PROBE_WINDOW);
     }
 
-    /// Packets/s and bytes/s received, median-filtered over the last 16 arrival intervals (0 until enough samples).
+    /// Packets/s and bytes/s received, median-filtered over the last 16 per-packet intervals,
+    /// the open group's included (0 until enough samples).
     ///
-    /// "Enough" means more than half the window (9 intervals) lies within a factor of 8 of the
-    /// median interval; otherwise the arrivals are too irregular to report and both are 0.
+    /// "Enough" means at least [`MIN_ARRIVAL_SAMPLES`] intervals, more than half of them within
+    /// a factor of 8 of the median; otherwise the arrivals are too few or too irregular to
+    /// report and both are 0. (UDT waits for 9 of a full window of 16; a sender's first window
+    /// of 16 packets, read in a few batches, yields fewer, and the first ACK is the one that
+    /// counts most for a libsrt sender, see [`AckRateTracker`].)
     pub fn recv_rate(&self) -> (u32, u64) {
-        let n = self.arrival_filled;
+        // The newest samples first: the open group's, then the ring's from the newest back.
+        let (mut ns_win, mut bytes_win) = ([0u32; ARRIVAL_WINDOW], [0u32; ARRIVAL_WINDOW]);
+        let mut n = 0;
+        if let Some((ns, bytes, k)) = self.open_sample() {
+            n = (k as usize).min(ARRIVAL_WINDOW);
+            ns_win[..n].fill(ns);
+            bytes_win[..n].fill(bytes);
+        }
+        for back in 1..=self.arrival_filled.min(ARRIVAL_WINDOW - n) {
+            let slot = (self.arrival_next + ARRIVAL_WINDOW - back) % ARRIVAL_WINDOW;
+            ns_win[n] = self.arrival_ns[slot];
+            bytes_win[n] = self.arrival_bytes[slot];
+            n += 1;
+        }
         if n == 0 {
             return (0, 0);
         }
-        let intervals = &self.arrival_ns[..n];
+        let intervals = &ns_win[..n];
         let m = median(intervals);
         let (mut count, mut total_ns, mut bytes) = (0u64, 0u64, 0u64);
-        for (&ns, &b) in intervals.iter().zip(&self.arrival_bytes[..n]) {
+        for (&ns, &b) in intervals.iter().zip(&bytes_win[..n]) {
             if is_inlier(ns, m) {
                 count += 1;
                 total_ns += u64::from(ns);
                 bytes += u64::from(b);
             }
         }
-        if count <= (ARRIVAL_WINDOW / 2) as u64 || total_ns == 0 {
+        if count < MIN_ARRIVAL_SAMPLES || count * 2 <= n as u64 || total_ns == 0 {
             return (0, 0);
         }
         let pkts = u32::try_from(per_second(count, total_ns)).unwrap_or(u32::MAX);
@@ -183,6 +249,89 @@ impl RateEstimator {
             return 0;
         }
         u32::try_from(per_second(count, total_ns)).unwrap_or(u32::MAX)
+    }
+}
+
+/// How long the peak arrival speed is remembered as a capacity floor, µs.
+const PEAK_HOLD_US: u64 = 1_000_000;
+
+/// The three rates a receiver's full ACK carries (draft-sharabayko-srt §3.2.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AckRates {
+    /// Arrival speed, packets/s (the ACK's "packets receiving rate").
+    pub speed_pps: u32,
+    /// Link capacity estimate, packets/s (the ACK's "estimated link capacity").
+    pub capacity_pps: u32,
+    /// Average over the last ACK interval, bytes/s (the ACK's "receiving rate").
+    pub avg_bps: u64,
+}
+
+/// What a receiver reports about its arrivals in full ACKs, as libsrt senders read it:
+///
+/// - *speed*: the highest arrival speed of the last second. An arrival speed is UDT's
+///   median-filtered rate within bursts ([`RateEstimator::recv_rate`]), at least the average,
+///   and held at its last value while arrivals are too irregular to measure. libsrt's file
+///   controller smooths this field (weight 1/8 per ACK), paces at it when it leaves slow
+///   start (at its first loss, a few ACKs in) and sizes its window from it. At 1% loss it then
+///   hardly climbs: a loss in nearly every 10 ms skips the increase. What it reads in its first
+///   ACKs therefore sets its rate for the transfer, and the peak is the best early measure of
+///   what the path carries; the average over a window-limited start (a few packets a round
+///   trip) held it at that for minutes.
+/// - *capacity*: the packet-pair estimate, but at least the speed. Pairs read in one receive
+///   batch cannot be timed, and libsrt bounds its rate increases by this value, so an
+///   estimate below what the link has shown would cap the sender.
+/// - *average*: what arrived over the last ACK interval (at least half a SYN interval), which
+///   libsrt only displays. slipstream's sender takes its bandwidth samples from it: a count
+///   over 10 ms is immune to how arrivals bunch.
+///
+/// Times are microseconds on the connection's clock; nothing here reads a clock.
+#[derive(Debug, Clone, Default)]
+pub struct AckRateTracker {
+    /// (start, packets, bytes) of the open averaging window, from the first arrival.
+    window: Option<(u64, u64, u64)>,
+    /// Average (packets/s, bytes/s) of the last closed window.
+    avg: (u32, u64),
+    /// Last speed reported.
+    speed: u32,
+    /// Highest speed reported within [`PEAK_HOLD_US`], and when it was reported.
+    peak: (u32, u64),
+}
+
+impl AckRateTracker {
+    /// Every data packet arrival (retransmissions and duplicates count: they used the link).
+    pub fn on_arrival(&mut self, now_us: u64, bytes: usize) {
+        let w = self.window.get_or_insert((now_us, 0, 0));
+        w.1 += 1;
+        w.2 += bytes as u64;
+    }
+
+    /// Average packets/s over the last closed window (0 before the first).
+    pub fn avg_pps(&self) -> u32 {
+        self.avg.0
+    }
+
+    /// The rates for a full ACK sent at `now_us`; closes the averaging window if it spans at
+    /// least `min_span_us`.
+    pub fn on_ack(&mut self, now_us: u64, min_span_us: u64, est: &RateEstimator) -> AckRates {
+        if let Some((start, pkts, bytes)) = self.window {
+            let span = now_us.saturating_sub(start);
+            if span >= min_span_us.max(1) {
+                self.window = Some((now_us, 0, 0));
+                let pps = u32::try_from(pkts * 1_000_000 / span).unwrap_or(u32::MAX);
+                self.avg = (pps, bytes.saturating_mul(1_000_000) / span);
+            }
+        }
+        let measured = est.recv_rate().0;
+        let speed = if measured > 0 { measured } else { self.speed }.max(self.avg.0);
+        self.speed = speed;
+        if speed >= self.peak.0 || now_us.saturating_sub(self.peak.1) > PEAK_HOLD_US {
+            self.peak = (speed, now_us);
+        }
+        AckRates {
+            speed_pps: self.peak.0,
+            capacity_pps: est.bandwidth().max(self.peak.0),
+            avg_bps: self.avg.1,
+        }
     }
 }
 
@@ -217,12 +366,20 @@ mod tests {
         let mut r = RateEstimator::new();
         let t0 = Instant::now();
         r.on_arrival(t0, 1000);
-        // Eight intervals are not enough to report anything.
-        let t = arrive(&mut r, t0, &[us(1000); 8], 1000);
+        // Three intervals are not enough to report anything.
+        let t = arrive(&mut r, t0, &[us(1000); 3], 1000);
         assert_eq!(r.recv_rate(), (0, 0));
-        // The ninth makes a majority of the window.
+        // The fourth is.
         let t = arrive(&mut r, t, &[us(1000)], 1000);
         assert_eq!(r.recv_rate(), (1000, 1_000_000));
+        // Beyond that a majority must agree: four of eight is not one.
+        let mut odd = RateEstimator::new();
+        odd.on_arrival(t0, 1000);
+        let split = [us(1000), us(50_000)].repeat(4);
+        let t1 = arrive(&mut odd, t0, &split, 1000);
+        assert_eq!(odd.recv_rate(), (0, 0));
+        arrive(&mut odd, t1, &[us(50_000)], 1000);
+        assert_eq!(odd.recv_rate(), (20, 20_000));
         // A full, wrapped window at 125 µs and 1316-byte packets.
         arrive(&mut r, t, &[us(125); 40], 1316);
         assert_eq!(r.recv_rate(), (8000, 8000 * 1316));
@@ -238,6 +395,52 @@ mod tests {
         let (pps, bps) = r.recv_rate();
         assert_eq!(pps, 833_334); // ceil(1e9 / 1200)
         assert_eq!(bps, 1_250_000_000);
+    }
+
+    /// Packets arriving one per `spacing`, read in batches of the given sizes (each batch
+    /// stamped with the time it was read, just after its last packet arrived).
+    fn read_in_batches(r: &mut RateEstimator, t0: Instant, spacing: Duration, batches: &[u32]) {
+        let mut arrived = 0u32;
+        for &b in batches {
+            arrived += b;
+            let read_at = t0 + spacing * arrived;
+            for _ in 0..b {
+                r.on_arrival(read_at, 1000);
+            }
+        }
+    }
+
+    #[test]
+    fn batched_reads_give_the_link_rate_not_the_reader_speed() {
+        // 12 µs per packet (about 1 Gb/s of 1500-byte packets), read in batches of all sizes.
+        let batches = [3, 1, 7, 2, 31, 4, 1, 1, 9, 64, 5, 2, 8, 1, 17, 3];
+        let mut r = RateEstimator::new();
+        read_in_batches(&mut r, Instant::now(), us(12), &batches);
+        let (pps, _) = r.recv_rate();
+        assert!((83_000..=84_000).contains(&pps), "{pps} packets/s");
+        // A reader stalled for 5 ms reads 400 packets at once: still the link's rate.
+        let mut r = RateEstimator::new();
+        read_in_batches(&mut r, Instant::now(), us(12), &[4, 4, 4, 400, 2]);
+        let (pps, _) = r.recv_rate();
+        assert!((83_000..=84_000).contains(&pps), "{pps} packets/s");
+        // The open group counts at once: a window's worth of packets in one read after the
+        // first is already an estimate.
+        let mut r = RateEstimator::new();
+        read_in_batches(&mut r, Instant::now(), us(100), &[1, 16]);
+        assert_eq!(r.recv_rate(), (10_000, 10_000_000));
+    }
+
+    #[test]
+    fn a_burst_after_idle_reads_at_its_own_speed() {
+        // A window-limited sender: 32 packets at 20 µs spacing every 50 ms, read in batches of
+        // four. The first batch of each burst carries the idle gap and is filtered out.
+        let mut r = RateEstimator::new();
+        let mut t = Instant::now();
+        for _ in 0..3 {
+            t += Duration::from_millis(50);
+            read_in_batches(&mut r, t, us(20), &[4; 8]);
+        }
+        assert_eq!(r.recv_rate().0, 50_000);
     }
 
     #[test]

@@ -25,12 +25,13 @@ pub struct CcContext {
     pub rtt_var: Duration,
     /// Link capacity estimated by the receiver from packet pairs, packets per second (0 if unknown).
     pub bandwidth_pps: u32,
-    /// Packets per second the receiver reports receiving, smoothed over full ACKs with weight
-    /// 1/8 as UDT does (0 if unknown).
+    /// The arrival speed the receiver reports (the ACK's packet-rate field, see
+    /// [`recv_rate_last_pps`](Self::recv_rate_last_pps) for the average), packets/s, smoothed
+    /// over full ACKs with weight 1/8 as UDT does (0 if unknown).
     pub recv_rate_pps: u32,
-    /// The receive rate of the latest full ACK that carried one, unsmoothed (0 if none yet).
-    /// slipstream receivers report what arrived over the last ACK interval; libsrt receivers a
-    /// median-filtered arrival rate.
+    /// The delivery rate of the latest full ACK that carried one, unsmoothed, packets/s (0 if
+    /// none yet): what arrived over the receiver's last ACK interval from a slipstream receiver
+    /// (its byte-rate field), the median-filtered arrival speed from libsrt.
     pub recv_rate_last_pps: u32,
     /// Bytes per second the receiver reports receiving (0 if unknown).
     pub recv_rate_bps: u64,

@@ -33,7 +33,7 @@ pub use stats::ConnStats;
 
 use crate::cc::{CcContext, CcControl, CongestionControl};
 use crate::loss::LossList;
-use crate::rate::RateEstimator;
+use crate::rate::{AckRateTracker, RateEstimator};
 use crate::seq::SeqNo;
 use crate::wire::{Control, ControlBody, Handshake, Packet, HEADER_LEN, UDP_IPV4_OVERHEAD};
 use recv_buf::RecvBuffer;
@@ -179,9 +179,7 @@ pub struct Connection {
     last_adv_window: u32,
     pkts_since_ack: u32,
     rate: RateEstimator,
-    /// (time, packets, bytes) at the start of the current receive-rate window.
-    rate_window: (u64, u64, u64),
-    rate_last: (u32, u64),
+    ack_rates: AckRateTracker,
     tsbpd_offset_us: i64,
     last_ts_unwrapped: u64,
 
@@ -299,8 +297,7 @@ impl Connection {
             last_adv_window: 0,
             pkts_since_ack: 0,
             rate: RateEstimator::new(),
-            rate_window: (0, 0, 0),
-            rate_last: (0, 0),
+            ack_rates: AckRateTracker::default(),
             tsbpd_offset_us: 0,
             last_ts_unwrapped: 0,
             // libsrt's initial estimates before the first sample.

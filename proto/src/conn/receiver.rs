@@ -21,6 +21,7 @@ impl Connection {
         }
         let now = self.at(now_us);
         self.rate.on_arrival(now, payload.len());
+        self.ack_rates.on_arrival(now_us, payload.len());
         if !h.retransmitted {
             match h.seq.get() % 16 {
                 0 => self.rate.on_probe1(now),
@@ -142,7 +143,7 @@ impl Connection {
     fn maybe_grow_rbuf(&mut self) {
         // Either estimate may be the right one (see `recv_rates`); memory is cheaper than a
         // window that caps a long lossy path.
-        let pps = self.rate.recv_rate().0.max(self.rate_last.0);
+        let pps = self.rate.recv_rate().0.max(self.ack_rates.avg_pps());
         let bdp = u64::from(pps) * (self.srtt_us + SYN_INTERVAL_US) / 1_000_000;
         let unread = self.rcv_ack.diff(self.rbuf.read_seq()).max(0) as usize;
         if (self.rbuf.cap() as u64) < 2 * bdp + 64 && unread < self.rbuf.cap() / 2 {
@@ -150,48 +151,18 @@ impl Connection {
         }
     }
 
-    /// Receive rate for ACKs: what arrived over the last full-ACK interval (at least half a SYN
-    /// interval), falling back to UDT's median-filtered arrival rate until that exists. Real
-    /// paths deliver in bursts (interrupt coalescing, GRO, receive batches stamped with one
-    /// clock reading, an emulator releasing due packets together): the intervals inside a
-    /// burst are near zero, the median lands on them, and the median filter then reports many
-    /// times the true rate (or nothing). A count over 10 ms is immune to how arrivals bunch.
-    fn recv_rates(&mut self, now_us: u64) -> (u32, u64) {
-        let (pps, bps) = self.rate.recv_rate();
-        if self.rate_window.0 == 0 {
-            // The first window would start at the handshake, not at the first data packet:
-            // start it now, and report the arrival-interval rate meanwhile.
-            self.rate_window = (now_us, self.stats.pkts_recv, self.stats.bytes_recv_unique);
-            return (pps, bps);
-        }
-        let span = now_us.saturating_sub(self.rate_window.0);
-        let (pkts, bytes) = (
-            self.stats.pkts_recv - self.rate_window.1,
-            self.stats.bytes_recv_unique - self.rate_window.2,
-        );
-        if span >= SYN_INTERVAL_US / 2 {
-            self.rate_window = (now_us, self.stats.pkts_recv, self.stats.bytes_recv_unique);
-            self.rate_last = ((pkts * 1_000_000 / span) as u32, bytes * 1_000_000 / span);
-        }
-        if self.rate_last.0 > 0 || pps == 0 {
-            self.rate_last
-        } else {
-            (pps, bps)
-        }
-    }
-
     pub(super) fn emit_full_ack(&mut self, now_us: u64, buf: &mut [u8]) -> Option<usize> {
         self.ack_no = self.ack_no.wrapping_add(1).max(1);
-        let (pps, bps) = self.recv_rates(now_us);
+        let rates = self
+            .ack_rates
+            .on_ack(now_us, SYN_INTERVAL_US / 2, &self.rate);
         let info = AckInfo {
             rtt_us: self.srtt_us as u32,
             rtt_var_us: self.rttvar_us as u32,
             avail_buf_pkts: self.rbuf.free_after(self.rcv_ack) as u32,
-            pkt_recv_rate: pps,
-            // The link carried at least what arrived: probe pairs read in one receive batch (or
-            // split across two) misjudge the capacity, never below the achieved rate.
-            link_capacity: self.rate.bandwidth().max(pps),
-            recv_rate_bytes: bps.min(u64::from(u32::MAX)) as u32,
+            pkt_recv_rate: rates.speed_pps,
+            link_capacity: rates.capacity_pps,
+            recv_rate_bytes: rates.avg_bps.min(u64::from(u32::MAX)) as u32,
         };
         self.ack_hist[(self.ack_no % 64) as usize] = (self.ack_no, now_us, self.rcv_ack);
         self.last_adv_window = info.avail_buf_pkts;

@@ -134,7 +134,19 @@ impl Connection {
             }
             self.peer_window = info.avail_buf_pkts;
             if info.pkt_recv_rate > 0 {
-                self.peer_recv_rate_last_pps = info.pkt_recv_rate;
+                // The delivery sample: the byte rate in packets where it is lower (a slipstream
+                // receiver's average, against its arrival speed in the packet field); libsrt
+                // reports the same speed in both, its byte field with headers, so the packet
+                // field stands. The first sample is the speed: the average then covers only
+                // the initial window, a few packets a round trip, while the speed at which that
+                // window arrived is the first measure of the bottleneck.
+                let avg = u64::from(info.recv_rate_bytes) / (self.payload_size as u64).max(1);
+                self.peer_recv_rate_last_pps = match u32::try_from(avg) {
+                    Ok(avg) if avg > 0 && self.peer_recv_rate_last_pps > 0 => {
+                        avg.min(info.pkt_recv_rate)
+                    }
+                    _ => info.pkt_recv_rate,
+                };
                 self.peer_recv_rate_pps =
                     ewma(self.peer_recv_rate_pps as u64, info.pkt_recv_rate as u64) as u32;
             }
