@@ -53,7 +53,10 @@
 //!   estimated BDP ([`PROBE_RTT_CWND_GAIN`], as BBR v2; v1's four packets idle a long fat path
 //!   for the whole probe) for `max(200 ms, one round)` so that queues drain and the RTT can be
 //!   measured again, then the controller returns to ProbeBW (or Startup if the pipe was never
-//!   full).
+//!   full). It is skipped when a sample within [`SIMILAR_MIN_RTT`] (1/8) of `min_rtt` arrived
+//!   in the window: the queue was near empty then (after a loss cut, or a 0.75 phase), which is
+//!   what ProbeRTT would arrange (as QUIC's BBR does with its "similar RTT" option). A transfer
+//!   otherwise halves its rate for a quarter second every ten.
 //!
 //! **Outputs.**
 //!
@@ -113,6 +116,8 @@ pub const GAIN_CYCLE: [f64; 8] = [1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
 pub const BW_WINDOW_ROUNDS: usize = 10;
 /// How long a `min_rtt` sample stays valid, µs.
 pub const MIN_RTT_WINDOW_US: u64 = 10_000_000;
+/// A sample at most this factor above `min_rtt` confirms it for another window.
+pub const SIMILAR_MIN_RTT: f64 = 1.125;
 /// Minimum time spent in ProbeRTT, µs.
 pub const PROBE_RTT_US: u64 = 200_000;
 /// Startup ends when a round's loss ratio exceeds this multiple of the lowest ratio seen in
@@ -201,6 +206,8 @@ pub struct Bbr {
     min_rtt_us: f64,
     /// When `min_rtt_us` was last set or confirmed, µs.
     min_rtt_stamp_us: u64,
+    /// Whether a sample within [`SIMILAR_MIN_RTT`] of `min_rtt_us` came since the stamp.
+    min_rtt_confirmed: bool,
     /// Bandwidth at the last 25 % growth in Startup.
     full_bw: f64,
     /// Rounds since that growth.
@@ -253,6 +260,7 @@ impl Default for Bbr {
             slot_start_us: None,
             min_rtt_us: 0.0,
             min_rtt_stamp_us: 0,
+            min_rtt_confirmed: false,
             full_bw: 0.0,
             full_bw_rounds: 0,
             filled_pipe: false,
@@ -450,7 +458,14 @@ impl Bbr {
         if self.min_rtt_us <= 0.0 || rtt <= self.min_rtt_us {
             self.min_rtt_us = rtt;
             self.min_rtt_stamp_us = now;
-        } else if expired && self.state != BbrState::ProbeRtt {
+            self.min_rtt_confirmed = false;
+        } else if !expired {
+            self.min_rtt_confirmed |= rtt <= self.min_rtt_us * SIMILAR_MIN_RTT;
+        } else if self.min_rtt_confirmed || rtt <= self.min_rtt_us * SIMILAR_MIN_RTT {
+            // The queue drained within the window: the minimum stands for another one.
+            self.min_rtt_stamp_us = now;
+            self.min_rtt_confirmed = false;
+        } else if self.state != BbrState::ProbeRtt {
             // The old minimum is stale: take the current RTT and go measure a better one.
             self.min_rtt_us = rtt;
             self.engine_min_rtt_us = engine;
@@ -894,6 +909,34 @@ mod tests {
         }
         assert!(saw_probe_rtt);
         assert_eq!(cc.state(), BbrState::ProbeBw);
+    }
+
+    #[test]
+    fn no_probe_rtt_while_the_queue_drains_now_and_then() {
+        let (mut cc, mut ctl, mut c) = in_probe_bw(10_000);
+        // A standing queue, but every 3 s one sample within 1/8 of the 40 ms minimum (44 ms):
+        // the queue drained then, and the minimum stands.
+        for i in 0..3_000 {
+            c.rtt = Duration::from_millis(if i % 300 == 299 { 44 } else { 60 });
+            c.now_us += 10_000;
+            c.pkts_sent += 100;
+            c.last_sent_seq = c.last_sent_seq.add(100);
+            ack(&mut cc, c, &mut ctl, c.last_sent_seq.sub(10), 100);
+            assert_ne!(
+                cc.state(),
+                BbrState::ProbeRtt,
+                "at {} s",
+                c.now_us / 1_000_000
+            );
+        }
+        assert_eq!(cc.min_rtt_us(), 40_000.0);
+        // Samples just above the bound do not confirm it.
+        for i in 0..1_200 {
+            c.rtt = Duration::from_millis(if i % 300 == 299 { 46 } else { 60 });
+            c.now_us += 10_000;
+            ack(&mut cc, c, &mut ctl, c.last_sent_seq.sub(10), 100);
+        }
+        assert!(cc.min_rtt_us() > 40_000.0);
     }
 
     #[test]
