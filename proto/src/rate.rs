@@ -15,14 +15,22 @@
 //! reader gets a bigger batch over a longer gap). Timing each packet as it is processed instead
 //! measures the CPU: intervals of a microsecond or less, many times the link's rate. A runtime
 //! with one timestamp per packet (the simulator, kernel receive timestamps) makes every group a
-//! single packet, which is UDT's estimator unchanged.
+//! single packet, which is UDT's estimator unchanged. A read less than 50 µs after a batch
+//! continues its group (up to 1 ms): a reader behind by a backlog reads full batches microseconds
+//! apart, and sharing those microseconds among a batch's packets would read as tens of
+//! millions of packets per second; joined, the backlog's packets share the time since the
+//! read before it. Uniform arrivals give the same per-packet interval either way.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Number of arrival intervals kept for the receiving rate.
 const ARRIVAL_WINDOW: usize = 16;
 /// Number of probe-pair intervals kept for the capacity estimate.
 const PROBE_WINDOW: usize = 64;
+/// Reads closer together than this continue one group (a backlog read in full batches)...
+const CHAIN_GAP: Duration = Duration::from_micros(50);
+/// ...until the group spans this much.
+const MAX_GROUP_SPAN: Duration = Duration::from_millis(1);
 /// Fewest arrival intervals that give a receiving rate.
 const MIN_ARRIVAL_SAMPLES: u64 = 4;
 /// Samples further than this factor from the median are ignored.
@@ -46,8 +54,10 @@ pub struct RateEstimator {
     arrival_filled: usize,
     /// Time of the group before the open one (the previous read).
     prev_group: Option<Instant>,
-    /// Time of the open group.
+    /// Time of the open group (its latest read).
     group_time: Option<Instant>,
+    /// Time of the open group's first read.
+    group_start: Instant,
     /// Packets in the open group.
     group_pkts: u32,
     /// Bytes in the open group.
@@ -105,6 +115,7 @@ impl RateEstimator {
             arrival_filled: 0,
             prev_group: None,
             group_time: None,
+            group_start: Instant::now(),
             group_pkts: 0,
             group_bytes: 0,
             probe_ns: [0; PROBE_WINDOW],
@@ -122,7 +133,14 @@ impl RateEstimator {
     /// first group only starts the clock. O(1) per arrival, at most 16 ring writes per group.
     pub fn on_arrival(&mut self, now: Instant, bytes: usize) {
         if let Some(t) = self.group_time {
-            if now <= t {
+            let chained = self.group_pkts > 1
+                && now.saturating_duration_since(t) < CHAIN_GAP
+                && t.saturating_duration_since(self.group_start) < MAX_GROUP_SPAN;
+            if now <= t || chained {
+                // The same read, or one right after it: a reader working through a backlog
+                // reads full batches microseconds apart, and those packets arrived over the
+                // whole time since the previous group, not in between reads.
+                self.group_time = Some(now.max(t));
                 self.group_pkts = self.group_pkts.saturating_add(1);
                 self.group_bytes = self.group_bytes.saturating_add(bytes as u64);
                 return;
@@ -130,6 +148,7 @@ impl RateEstimator {
             self.close_group(t);
         }
         self.group_time = Some(now);
+        self.group_start = now;
         self.group_pkts = 1;
         self.group_bytes = bytes as u64;
     }
@@ -423,6 +442,22 @@ mod tests {
         read_in_batches(&mut r, Instant::now(), us(12), &[4, 4, 4, 400, 2]);
         let (pps, _) = r.recv_rate();
         assert!((83_000..=84_000).contains(&pps), "{pps} packets/s");
+        // ...or works through the backlog in full batches of 64, 2 µs apart, then catches up.
+        let mut r = RateEstimator::new();
+        let t0 = Instant::now();
+        read_in_batches(&mut r, t0, us(12), &[8, 8, 8, 8, 8, 8, 8, 8, 8, 8]);
+        let stalled = t0 + us(12 * 80) + Duration::from_millis(5);
+        // 5 ms at 12 µs: 416 packets waiting, read as 6 × 64 + 32.
+        for b in 0..7u32 {
+            for _ in 0..(if b < 6 { 64 } else { 32 }) {
+                r.on_arrival(stalled + us(2) * b, 1000);
+            }
+        }
+        // The next read closes the backlog's group: 416 packets over the 5 ms since the last
+        // read before the stall.
+        r.on_arrival(stalled + Duration::from_millis(1), 1000);
+        let (pps, _) = r.recv_rate();
+        assert!((80_000..=85_000).contains(&pps), "{pps} packets/s");
         // The open group counts at once: a window's worth of packets in one read after the
         // first is already an estimate.
         let mut r = RateEstimator::new();
