@@ -57,7 +57,7 @@ pub struct RateEstimator {
     /// Time of the open group (its latest read).
     group_time: Option<Instant>,
     /// Time of the open group's first read.
-    group_start: Instant,
+    group_start: Option<Instant>,
     /// Packets in the open group.
     group_pkts: u32,
     /// Bytes in the open group.
@@ -115,7 +115,7 @@ impl RateEstimator {
             arrival_filled: 0,
             prev_group: None,
             group_time: None,
-            group_start: Instant::now(),
+            group_start: None,
             group_pkts: 0,
             group_bytes: 0,
             probe_ns: [0; PROBE_WINDOW],
@@ -135,7 +135,9 @@ impl RateEstimator {
         if let Some(t) = self.group_time {
             let chained = self.group_pkts > 1
                 && now.saturating_duration_since(t) < CHAIN_GAP
-                && t.saturating_duration_since(self.group_start) < MAX_GROUP_SPAN;
+                && self
+                    .group_start
+                    .is_some_and(|s| t.saturating_duration_since(s) < MAX_GROUP_SPAN);
             if now <= t || chained {
                 // The same read, or one right after it: a reader working through a backlog
                 // reads full batches microseconds apart, and those packets arrived over the
@@ -148,7 +150,7 @@ impl RateEstimator {
             self.close_group(t);
         }
         self.group_time = Some(now);
-        self.group_start = now;
+        self.group_start = Some(now);
         self.group_pkts = 1;
         self.group_bytes = bytes as u64;
     }

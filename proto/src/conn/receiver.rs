@@ -141,8 +141,8 @@ impl Connection {
     /// Grows the receive buffer to twice the measured bandwidth-delay product (up to the cap),
     /// unless the application is what holds data back.
     fn maybe_grow_rbuf(&mut self) {
-        // Either estimate may be the right one (see `recv_rates`); memory is cheaper than a
-        // window that caps a long lossy path.
+        // The arrival speed or the ACK-interval average, whichever is higher (see
+        // `AckRateTracker`): memory is cheaper than a window that caps a long lossy path.
         let pps = self.rate.recv_rate().0.max(self.ack_rates.avg_pps());
         let bdp = u64::from(pps) * (self.srtt_us + SYN_INTERVAL_US) / 1_000_000;
         let unread = self.rcv_ack.diff(self.rbuf.read_seq()).max(0) as usize;
