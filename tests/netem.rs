@@ -85,6 +85,31 @@ fn spawn(mut c: Command) -> Proc {
     Proc::spawn("child", &mut c)
 }
 
+/// Writes 8 MiB of patterned bytes to `dir/in.bin` and returns its path and the bytes.
+fn test_input(dir: &Path, shift: u32) -> (std::path::PathBuf, Vec<u8>) {
+    let input = dir.join("in.bin");
+    let data: Vec<u8> = (0..8u32 << 20)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> shift) as u8)
+        .collect();
+    std::fs::write(&input, &data).unwrap();
+    (input, data)
+}
+
+/// `slipstream recv srt://:PORT OUT -q --force` in namespace `ns`.
+fn spawn_recv(ns: &str, port: u16, out: &Path) -> Proc {
+    spawn(in_ns(
+        ns,
+        &[
+            BIN,
+            "recv",
+            &format!("srt://:{port}"),
+            out.to_str().unwrap(),
+            "-q",
+            "--force",
+        ],
+    ))
+}
+
 fn same_file(a: &Path, b: &Path) {
     let (x, y) = (std::fs::read(a).unwrap(), std::fs::read(b).unwrap());
     assert_eq!(
@@ -182,26 +207,12 @@ fn tcp_srt_and_slipstream_cross_the_emulator_byte_exact() {
     );
     let dir = std::env::temp_dir().join(format!("slipstream-netem-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let input = dir.join("in.bin");
-    let data: Vec<u8> = (0..8u32 << 20)
-        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
-        .collect();
-    std::fs::write(&input, &data).unwrap();
+    let (input, data) = test_input(&dir, 13);
     let (a, b, addr) = (&emu.a.0, &emu.b.0, emu.b.1.clone());
 
     // slipstream, verified end to end.
     let out = dir.join("slipstream.bin");
-    let rx = spawn(in_ns(
-        b,
-        &[
-            BIN,
-            "recv",
-            "srt://:9400",
-            out.to_str().unwrap(),
-            "-q",
-            "--force",
-        ],
-    ));
+    let rx = spawn_recv(b, 9400, &out);
     std::thread::sleep(Duration::from_millis(200));
     let tx = spawn(in_ns(
         a,
@@ -299,11 +310,7 @@ fn libsrt_file_sender_to_slipstream_over_lossy_paths() {
     }
     let dir = std::env::temp_dir().join(format!("slipstream-libsrt-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let input = dir.join("in.bin");
-    let data: Vec<u8> = (0..8u32 << 20)
-        .map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8)
-        .collect();
-    std::fs::write(&input, &data).unwrap();
+    let (input, _) = test_input(&dir, 11);
     let paths: [&[&str]; 2] = [
         &[
             "--rate",
@@ -329,17 +336,7 @@ fn libsrt_file_sender_to_slipstream_over_lossy_paths() {
             attempt += 1;
             let out = dir.join(format!("out{i}-{attempt}"));
             std::fs::create_dir_all(&out).unwrap();
-            let rx = spawn(in_ns(
-                b,
-                &[
-                    BIN,
-                    "recv",
-                    "srt://:9403",
-                    out.to_str().unwrap(),
-                    "-q",
-                    "--force",
-                ],
-            ));
+            let rx = spawn_recv(b, 9403, &out);
             std::thread::sleep(Duration::from_millis(300));
             let started = std::time::Instant::now();
             let tx = spawn(in_ns(
