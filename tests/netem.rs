@@ -85,6 +85,18 @@ fn spawn(mut c: Command) -> Proc {
     Proc::spawn("child", &mut c)
 }
 
+/// 500 Mbit/s, 10 ms RTT, 1 % loss and 0.5 % reordering each way.
+const LOSSY_10MS: &[&str] = &[
+    "--rate",
+    "500mbit",
+    "--delay",
+    "5ms",
+    "--loss",
+    "1%",
+    "--reorder",
+    "0.5%",
+];
+
 /// Writes 8 MiB of patterned bytes to `dir/in.bin` and returns its path and the bytes.
 fn test_input(dir: &Path, shift: u32) -> (std::path::PathBuf, Vec<u8>) {
     let input = dir.join("in.bin");
@@ -192,19 +204,7 @@ fn tcp_srt_and_slipstream_cross_the_emulator_byte_exact() {
         return;
     }
     let name = format!("tx{}", std::process::id());
-    let emu = Emu::up(
-        &name,
-        &[
-            "--rate",
-            "500mbit",
-            "--delay",
-            "5ms",
-            "--loss",
-            "1%",
-            "--reorder",
-            "0.5%",
-        ],
-    );
+    let emu = Emu::up(&name, LOSSY_10MS);
     let dir = std::env::temp_dir().join(format!("slipstream-netem-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let (input, data) = test_input(&dir, 13);
@@ -312,16 +312,7 @@ fn libsrt_file_sender_to_slipstream_over_lossy_paths() {
     std::fs::create_dir_all(&dir).unwrap();
     let (input, _) = test_input(&dir, 11);
     let paths: [&[&str]; 2] = [
-        &[
-            "--rate",
-            "500mbit",
-            "--delay",
-            "5ms",
-            "--loss",
-            "1%",
-            "--reorder",
-            "0.5%",
-        ],
+        LOSSY_10MS,
         &["--rate", "1gbit", "--delay", "25ms", "--loss", "1%"],
     ];
     for (i, opts) in paths.iter().enumerate() {
