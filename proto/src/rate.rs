@@ -468,6 +468,52 @@ mod tests {
     }
 
     #[test]
+    fn ack_rates_average_speed_peak_and_capacity() {
+        let t0 = Instant::now();
+        let at = |us_: u64| t0 + Duration::from_micros(us_);
+        let (mut est, mut ack) = (RateEstimator::new(), AckRateTracker::default());
+        // Nothing arrived yet: nothing to report.
+        assert_eq!(ack.on_ack(10_000, 5_000, &est), AckRates::default());
+        // 100 packets of 1000 bytes, one per 100 µs, from t = 10 ms.
+        for i in 0..100u64 {
+            let t = 10_000 + i * 100;
+            est.on_arrival(at(t), 1000);
+            ack.on_arrival(t, 1000);
+        }
+        // An ACK 10 ms after the first arrival: the average over that window, and the speed.
+        let r = ack.on_ack(20_000, 5_000, &est);
+        assert_eq!(r.avg_bps, 10_000_000);
+        assert_eq!(r.speed_pps, 10_000);
+        assert_eq!(ack.avg_pps(), 10_000);
+        assert!(r.capacity_pps >= r.speed_pps);
+        // A window shorter than the minimum span stays open: the last figures stand.
+        ack.on_arrival(21_000, 1000);
+        assert_eq!(ack.on_ack(22_000, 5_000, &est).avg_bps, 10_000_000);
+        // Slower arrivals: the average follows at once, the reported speed keeps the peak
+        // for a second, then follows too.
+        let mut t = 22_000;
+        for _ in 0..200 {
+            t += 1_000;
+            est.on_arrival(at(t), 1000);
+            ack.on_arrival(t, 1000);
+        }
+        let r = ack.on_ack(t, 5_000, &est);
+        assert!((990..=1_000).contains(&ack.avg_pps()), "{}", ack.avg_pps());
+        assert_eq!(r.speed_pps, 10_000);
+        for _ in 0..1_000 {
+            t += 1_000;
+            est.on_arrival(at(t), 1000);
+            ack.on_arrival(t, 1000);
+        }
+        let r = ack.on_ack(t, 5_000, &est);
+        ack.on_ack(t + 1, 5_000, &est);
+        let r2 = ack.on_ack(t + 2, 5_000, &est);
+        assert!(r.speed_pps <= 10_000);
+        assert_eq!(r2.speed_pps, 1_000);
+        assert_eq!(r2.avg_bps, 1_000_000);
+    }
+
+    #[test]
     fn a_burst_after_idle_reads_at_its_own_speed() {
         // A window-limited sender: 32 packets at 20 µs spacing every 50 ms, read in batches of
         // four. The first batch of each burst carries the idle gap and is filtered out.
