@@ -41,9 +41,9 @@ impl Outcome {
 }
 
 /// Forward path: the bottleneck, `loss`, a drop-tail queue of `queue_bytes`.
-fn bottleneck(loss: f64, queue_bytes: usize) -> LinkConfig {
+fn bottleneck(delay_ms: u64, loss: f64, queue_bytes: usize) -> LinkConfig {
     LinkConfig {
-        delay: Duration::from_millis(DELAY_MS),
+        delay: Duration::from_millis(delay_ms),
         loss,
         rate_bps: Some(RATE_BPS),
         queue_bytes,
@@ -67,10 +67,23 @@ fn transfer(
     len: usize,
     limit: Duration,
 ) -> Outcome {
+    transfer_at(DELAY_MS, cc, seed, loss, queue_bytes, len, limit)
+}
+
+/// [`transfer`] with a one-way delay of `delay_ms`.
+fn transfer_at(
+    delay_ms: u64,
+    cc: &str,
+    seed: u64,
+    loss: f64,
+    queue_bytes: usize,
+    len: usize,
+    limit: Duration,
+) -> Outcome {
     let mut p = Pair::new(
         seed,
-        bottleneck(loss, queue_bytes),
-        path(DELAY_MS, loss, None),
+        bottleneck(delay_ms, loss, queue_bytes),
+        path(delay_ms, loss, None),
     );
     let (ca, cb) = connect(&mut p, cfg(cc));
     p.ab.reset_stats();
@@ -133,7 +146,7 @@ fn two_flows(
 ) -> ([u64; 2], LinkStats) {
     let mut p = Pair::new(
         seed,
-        bottleneck(0.0, queue_bytes),
+        bottleneck(DELAY_MS, 0.0, queue_bytes),
         path(DELAY_MS, 0.0, None),
     );
     let (a1, b1) = connect(&mut p, cfg(cc));
@@ -251,6 +264,23 @@ fn clean_path_fills_the_link_without_overflowing_the_queue() {
         o.link.offered
     );
     // ...and after Startup the queue hardly ever overflows.
+    let drops = o.link.queue_drops - o.link_at_1s.queue_drops;
+    let offered = o.link.offered - o.link_at_1s.offered;
+    eprintln!("after 1 s: {drops} queue drops of {offered} packets");
+    assert!(drops * 200 < offered, "queue drops {drops} of {offered}");
+}
+
+/// At 10 ms RTT a 1.25 probe that lasted longer than about a round would overflow a one-BDP
+/// queue every cycle (it adds a quarter BDP per round it lasts).
+#[test]
+fn short_rtt_probes_fit_a_one_bdp_queue() {
+    let s = seed(15);
+    let _g = SeedGuard(s);
+    let bdp = (RATE_BPS / 8 * 10 / 1000) as usize;
+    let o = transfer_at(5, "bbr", s, 0.0, bdp, BIG, Duration::from_secs(30));
+    report("no loss, 10 ms RTT", "bbr", &o);
+    assert!(o.done);
+    assert!(o.fraction() >= 0.90, "goodput {:.3}", o.fraction());
     let drops = o.link.queue_drops - o.link_at_1s.queue_drops;
     let offered = o.link.offered - o.link_at_1s.offered;
     eprintln!("after 1 s: {drops} queue drops of {offered} packets");
