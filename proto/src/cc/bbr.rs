@@ -84,8 +84,10 @@
 //! reported lost, the path is taken to be really congested (a random-loss link this bad is
 //! unusable anyway): in Startup the pipe is declared full (go to Drain); in ProbeBW every slot
 //! of the bandwidth filter is multiplied by [`HEAVY_LOSS_CUT`] (0.85), once per round, so the
-//! estimate falls by at most 15 % per round and recovers by probing once the loss stops. Drain
-//! and ProbeRTT, which already send less, ignore it.
+//! estimate falls by at most 15 % per round and recovers by probing once the loss stops, but
+//! no slot falls below the highest sample of the last round (what the path just delivered):
+//! a 1.25 probe that overflows the queue costs its excess, not a second of probing back up.
+//! Drain and ProbeRTT, which already send less, ignore it.
 //!
 //! **Timeout.** The model is kept; for one round the window is [`MIN_CWND`] (4) packets, so
 //! only the retransmissions the engine queued go out, then the window returns to its target.
@@ -247,6 +249,9 @@ pub struct Bbr {
     send_rates: [f64; 2],
     /// Lowest loss ratio of a round so far (random loss), for Startup's loss exit.
     base_loss_ratio: Option<f64>,
+    /// The highest bandwidth sample since a moment at most a round ago, packets/s, and that
+    /// moment, µs: the heavy-loss cut's floor.
+    latest_bw: (f64, u64),
 }
 
 impl Default for Bbr {
@@ -281,6 +286,7 @@ impl Default for Bbr {
             send_mark: None,
             send_rates: [0.0; 2],
             base_loss_ratio: None,
+            latest_bw: (0.0, 0),
         }
     }
 }
@@ -522,8 +528,14 @@ impl Bbr {
             match self.state {
                 BbrState::Startup => self.filled_pipe = true,
                 BbrState::ProbeBw => {
+                    // Never below what the path delivered in the last round: one 1.25 probe
+                    // overflowing the queue must not cost several rounds of cuts and then a
+                    // second of probing back up.
+                    let (latest, since) = self.latest_bw;
+                    let fresh = (now.saturating_sub(since) as f64) <= self.round_len_us(ctx);
+                    let floor = if fresh { latest } else { 0.0 };
                     for s in &mut self.bw_slots {
-                        *s *= HEAVY_LOSS_CUT;
+                        *s = (*s * HEAVY_LOSS_CUT).max(floor.min(*s));
                     }
                 }
                 // Drain is already reducing; ProbeRTT sends almost nothing.
@@ -672,6 +684,13 @@ impl CongestionControl for Bbr {
             let sample = f64::from(rate).min(cap).min(MAX_BW_PPS);
             let slot = &mut self.bw_slots[self.bw_idx];
             *slot = slot.max(sample);
+            // The highest sample of a period that restarts once it is a round old.
+            let (best, since) = self.latest_bw;
+            self.latest_bw = if (ctx.now_us.saturating_sub(since) as f64) > self.round_len_us(ctx) {
+                (sample, ctx.now_us)
+            } else {
+                (best.max(sample), since)
+            };
         }
         let sample = self.rtt_sample(ctx.now_us, ack_seq);
         self.update_min_rtt(ctx, sample);
@@ -869,6 +888,24 @@ mod tests {
         let after = cc.btl_bw_pps();
         assert!(after < bw, "{after} !< {bw}");
         assert!(after >= bw * HEAVY_LOSS_CUT.powi(3), "{after} vs {bw}");
+    }
+
+    #[test]
+    fn heavy_loss_cuts_no_lower_than_the_latest_delivery_rate() {
+        let (mut cc, mut ctl, mut c) = in_probe_bw(10_000);
+        let bw = cc.btl_bw_pps();
+        // The queue overflowed (30 % loss) while the path kept delivering 9,500 packets/s.
+        c.recv_rate_pps = 9_500;
+        let mut lowest = f64::MAX;
+        for _ in 0..30 {
+            c.now_us += 10_000;
+            c.pkts_sent += 100;
+            c.pkts_lost += 30;
+            ack(&mut cc, c, &mut ctl, c.last_sent_seq, 70);
+            lowest = lowest.min(cc.btl_bw_pps());
+        }
+        assert!(cc.btl_bw_pps() < bw, "{} !< {bw}", cc.btl_bw_pps());
+        assert!(lowest >= 9_500.0, "{lowest}");
     }
 
     #[test]
