@@ -66,13 +66,15 @@
 //!   the actual rate the intended one.
 //! - `cwnd_pkts = cwnd_gain × btl_bw × min_rtt + ack allowance + loss allowance`, at least 16.
 //!   The *ack allowance*, `btl_bw × SYN interval + 64`, covers the packets acknowledged but not
-//!   yet reported (full ACKs come every 10 ms, light ACKs every 64 packets). The engine counts
-//!   every packet from the oldest unacknowledged one as in flight; after a loss, the packets
-//!   delivered behind the hole stay counted until the retransmission arrives and is
-//!   acknowledged, about two round trips later. The *loss allowance*,
+//!   yet reported (full ACKs come every 10 ms, light ACKs every 64 packets). The engine holds
+//!   the window against the packets it presumes in the network: those sent after the packet
+//!   following the highest reported loss, plus unacknowledged retransmissions (SRT has no
+//!   selective ACK). That still counts the packets delivered since that report, and a
+//!   retransmission that was lost again until it is reported again. The *loss allowance*,
 //!   `btl_bw × LOSS_ALLOWANCE_RTTS × min_rtt`, added in every state while losses were reported
-//!   in the last [`BW_WINDOW_ROUNDS`] rounds, keeps those delivered packets from closing the
-//!   window; pacing still sets the rate. It is withheld while the engine's smoothed RTT exceeds
+//!   in the last [`BW_WINDOW_ROUNDS`] rounds, covers those (it was sized when the engine counted
+//!   every unacknowledged packet, and holes held the window shut); pacing still sets the
+//!   rate. It is withheld while the engine's smoothed RTT exceeds
 //!   its own minimum by [`QUEUE_RTT_FACTOR`]: a standing queue means the losses are congestion
 //!   (flows sharing a bottleneck overestimate their sum), and there the window must bound the
 //!   queue. Without this rule two flows stay window-limited on a full queue and the larger

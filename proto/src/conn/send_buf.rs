@@ -42,6 +42,8 @@ pub(crate) struct SendBuffer {
     len: usize,
     /// How many of the held packets have been sent at least once (they come first).
     sent: usize,
+    /// How many of the held packets have been retransmitted at least once.
+    retransmitted: usize,
     bytes: u64,
     next_msg: MsgNo,
 }
@@ -68,6 +70,7 @@ impl SendBuffer {
             head: 0,
             len: 0,
             sent: 0,
+            retransmitted: 0,
             bytes: 0,
             next_msg: MsgNo::new(1),
         }
@@ -100,6 +103,27 @@ impl SendBuffer {
     /// Packets sent and not acknowledged.
     pub fn in_flight(&self) -> usize {
         self.sent
+    }
+
+    /// Packets held that have been retransmitted at least once.
+    pub fn retransmitted(&self) -> usize {
+        self.retransmitted
+    }
+
+    /// Forgets the first `n` held packets (n <= len); returns their bytes.
+    fn release(&mut self, n: usize) -> u64 {
+        let mut bytes = 0u64;
+        for k in 0..n {
+            let m = &self.meta[self.idx(k)];
+            bytes += u64::from(m.len);
+            self.retransmitted -= usize::from(m.retransmitted);
+        }
+        self.head = self.idx(n);
+        self.len -= n;
+        self.sent = self.sent.saturating_sub(n);
+        self.bytes -= bytes;
+        self.base = self.base.add(n as u32);
+        bytes
     }
 
     fn idx(&self, i: usize) -> usize {
@@ -208,7 +232,10 @@ impl SendBuffer {
         }
         let i = self.idx(off as usize);
         self.meta[i].last_sent_us = now_us.max(1);
-        self.meta[i].retransmitted |= rexmit;
+        if rexmit && !self.meta[i].retransmitted {
+            self.meta[i].retransmitted = true;
+            self.retransmitted += 1;
+        }
         if off as usize == self.sent {
             self.sent += 1;
         }
@@ -221,15 +248,7 @@ impl SendBuffer {
             return (0, 0);
         }
         let n = (n as usize).min(self.sent);
-        let mut bytes = 0u64;
-        for k in 0..n {
-            bytes += u64::from(self.meta[self.idx(k)].len);
-        }
-        self.head = self.idx(n);
-        self.len -= n;
-        self.sent -= n;
-        self.bytes -= bytes;
-        self.base = self.base.add(n as u32);
+        let bytes = self.release(n);
         (n as u32, bytes)
     }
 
@@ -250,15 +269,7 @@ impl SendBuffer {
             n += 1;
         }
         let first = self.base;
-        let mut bytes = 0;
-        for k in 0..n {
-            bytes += u64::from(self.meta[self.idx(k)].len);
-        }
-        self.head = self.idx(n);
-        self.len -= n;
-        self.sent = self.sent.saturating_sub(n);
-        self.bytes -= bytes;
-        self.base = self.base.add(n as u32);
+        self.release(n);
         Some((first, self.base.sub(1), msg, n as u32))
     }
 
@@ -304,6 +315,37 @@ mod tests {
         assert_eq!(b.base(), SeqNo::new(0));
         assert!(b.grow());
         assert_eq!(b.get(SeqNo::new(0)).unwrap().1, &[1u8; 10]);
+    }
+
+    #[test]
+    fn retransmitted_packets_are_counted_until_released() {
+        let mut b = SendBuffer::new(10, 8, 16, SeqNo::new(SeqNo::MAX - 1));
+        for _ in 0..6 {
+            b.push_message(b"x", 0).unwrap();
+        }
+        for s in 0..6u32 {
+            b.mark_sent(SeqNo::new(SeqNo::MAX - 1).add(s), 1, false);
+        }
+        assert_eq!(b.retransmitted(), 0);
+        let seq = |s: u32| SeqNo::new(SeqNo::MAX - 1).add(s);
+        b.mark_sent(seq(1), 2, true);
+        b.mark_sent(seq(1), 3, true); // a second retransmission is the same packet
+        b.mark_sent(seq(4), 2, true);
+        assert_eq!(b.retransmitted(), 2);
+        assert!(b.grow());
+        assert_eq!(b.retransmitted(), 2);
+        assert_eq!(b.ack(seq(2)), (2, 2));
+        assert_eq!(b.retransmitted(), 1);
+        // Live mode's drop releases packets too (one message a packet here).
+        for _ in 0..3 {
+            b.drop_oldest_message().unwrap();
+        }
+        assert_eq!(b.retransmitted(), 0);
+        // A recycled slot starts clean.
+        for _ in 0..10 {
+            b.push_message(b"y", 0).unwrap();
+        }
+        assert_eq!(b.retransmitted(), 0);
     }
 
     #[test]

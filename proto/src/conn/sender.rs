@@ -24,10 +24,35 @@ impl Connection {
         (cwnd as usize).min(self.peer_window as usize)
     }
 
+    /// Whether the windows let another new packet go: the congestion window bounds the
+    /// packets in the network, the flow window every unacknowledged one (the receiver keeps
+    /// those delivered behind a hole in its buffer until the hole fills).
+    fn window_open(&self) -> bool {
+        self.in_network() < self.window() && self.sbuf.in_flight() < self.peer_window as usize
+    }
+
     pub(super) fn has_data_to_send(&self) -> bool {
         matches!(self.state, State::Connected | State::Closing)
-            && (!self.snd_loss.is_empty()
-                || (self.sbuf.unsent() > 0 && self.sbuf.in_flight() < self.window()))
+            && (!self.snd_loss.is_empty() || (self.sbuf.unsent() > 0 && self.window_open()))
+    }
+
+    /// Packets presumed in the network, which the window bounds. SRT has no selective ACK, and
+    /// the cumulative ACK stalls behind every hole for a round trip or more, so counting every
+    /// unacknowledged packet would count the packets delivered behind the holes too: under 1 %
+    /// loss several BDP of them, enough to close any sane window. The stand-in: the receiver has
+    /// the packet after its highest reported loss (it found the gap when that one arrived), so
+    /// the packets in the network are those sent after it, plus the retransmissions not yet
+    /// acknowledged. Lost packets waiting for their retransmission are not in the network.
+    pub(super) fn in_network(&self) -> usize {
+        let sent = self.sbuf.in_flight();
+        // The known-received packet, as an offset into the sent packets; anything outside
+        // them (no loss yet, or only before the ACK point) leaves every packet counted.
+        let known = self.max_loss_seen.next().diff(self.sbuf.base());
+        let beyond = match usize::try_from(known) {
+            Ok(k) if k < sent => sent - 1 - k,
+            _ => sent,
+        };
+        (beyond + self.sbuf.retransmitted()).min(sent)
     }
 
     pub(super) fn poll_data(&mut self, now_us: u64, buf: &mut [u8]) -> Option<usize> {
@@ -52,7 +77,7 @@ impl Connection {
             }
             return self.emit_data(now_us, seq, true, buf);
         }
-        if self.sbuf.unsent() > 0 && self.sbuf.in_flight() < self.window() {
+        if self.sbuf.unsent() > 0 && self.window_open() {
             let seq = self.sbuf.next_unsent();
             return self.emit_data(now_us, seq, false, buf);
         }
