@@ -173,6 +173,8 @@ pub struct Connection {
     drop_upto: SeqNo,
     last_acked_seq: SeqNo,
     last_full_ack_us: u64,
+    /// `stats.pkts_recv` when the last full ACK was sent.
+    pkts_recv_at_full_ack: u64,
     ack_no: u32,
     ack_hist: [(u32, u64, SeqNo); 64],
     last_ackacked_seq: SeqNo,
@@ -291,6 +293,7 @@ impl Connection {
             drop_upto: isn,
             last_acked_seq: isn,
             last_full_ack_us: 0,
+            pkts_recv_at_full_ack: 0,
             ack_no: 0,
             ack_hist: [(0, 0, isn); 64],
             last_ackacked_seq: isn.sub(1),

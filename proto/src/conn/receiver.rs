@@ -122,7 +122,14 @@ impl Connection {
     pub(super) fn on_ack_tick(&mut self, now_us: u64) {
         self.next_ack_tick = now_us + SYN_INTERVAL_US;
         let free = self.rbuf.free_after(self.rcv_ack) as u32;
-        if self.rcv_ack != self.last_acked_seq {
+        // A full ACK when the ACK point moved, or, as libsrt does, again every SYN interval
+        // while the sender has not confirmed it (ACKACK) and data keeps arriving: under loss
+        // the ACK point waits behind holes for round trips, and the sender's rate samples
+        // (and a libsrt sender's speed estimate) come with full ACKs only.
+        if self.rcv_ack != self.last_acked_seq
+            || (self.rcv_ack != self.last_ackacked_seq
+                && self.stats.pkts_recv > self.pkts_recv_at_full_ack)
+        {
             self.pending.full_ack = true;
         } else if self.stats.pkts_recv > 0
             && now_us.saturating_sub(self.last_full_ack_us) >= self.srtt_us + 4 * self.rttvar_us
@@ -168,6 +175,7 @@ impl Connection {
         self.last_adv_window = info.avail_buf_pkts;
         self.last_acked_seq = self.rcv_ack;
         self.last_full_ack_us = now_us;
+        self.pkts_recv_at_full_ack = self.stats.pkts_recv;
         self.pkts_since_ack = 0;
         self.stats.acks_sent += 1;
         let ack = Ack {
