@@ -1,6 +1,7 @@
-//! A receive burst is answered once: however many data packets (and gaps) one batch of
-//! datagrams holds, the receiver replies with at most one acknowledgement and one loss report
-//! listing every gap. This is what lets a GRO batch of dozens of packets cost one reply.
+//! When the receiver answers. A receive burst is answered once: however many data packets (and
+//! gaps) one batch of datagrams holds, the receiver replies with at most one acknowledgement
+//! and one loss report listing every gap. This is what lets a GRO batch of dozens of packets
+//! cost one reply. And full ACKs keep their 10 ms pace while holes hold the ACK point.
 
 mod common;
 use common::*;
@@ -65,4 +66,36 @@ fn one_burst_gets_one_ack_and_one_nak_with_every_gap() {
     let widths: Vec<u32> = ranges.iter().map(|(a, b)| b.wrapping_sub(*a) + 1).collect();
     assert_eq!(widths, [1, 3, 1]);
     assert!(p.b.conn(cb).is_some());
+}
+
+/// Under loss the ACK point waits behind a hole for a round trip or more. The receiver still
+/// sends a full ACK every SYN interval (10 ms) while data arrives and the sender has not
+/// confirmed the last one, so the sender's rate samples keep coming; it used to be about one
+/// a round trip.
+#[test]
+fn full_acks_keep_coming_while_holes_hold_the_ack_point() {
+    let s = seed(12);
+    let _g = SeedGuard(s);
+    let mut p = Pair::new(s, path(50, 0.01, Some(100_000_000)), path(50, 0.0, None));
+    let (ca, cb) = connect(&mut p, file_cfg());
+    let payload = p.a.conn(ca).unwrap().payload_size();
+    let data = content(payload * 200_000, s);
+    let mut off = 0;
+    let mut buf = vec![0u8; 65_536];
+    let start = p.now;
+    p.run_until(Duration::from_secs(3), |p| {
+        off += p.a.conn(ca).unwrap().send(p.now, &data[off..]).unwrap_or(0);
+        while p.b.conn(cb).unwrap().recv(&mut buf).unwrap_or(0) > 0 {}
+        false
+    });
+    let secs = (p.now - start).as_secs_f64();
+    let st = p.a.conn(ca).unwrap().stats(p.now);
+    let per_s = st.acks_recv as f64 / secs;
+    eprintln!(
+        "{per_s:.0} full ACKs/s, {} losses reported",
+        st.pkts_snd_loss
+    );
+    assert!(st.pkts_snd_loss > 100, "the path must lose packets");
+    // 100 a second at most; at one a round trip it would be 10.
+    assert!(per_s >= 60.0, "{per_s:.0} full ACKs a second");
 }
