@@ -194,6 +194,12 @@ impl Connection {
             }
             self.stats.bytes_acked += bytes;
             self.snd_loss.remove_before(self.sbuf.base());
+            // Keep the highest reported loss within reach of the ACK point: sequence numbers
+            // compare modulo 2^31, and one that fell a billion packets behind would compare
+            // as ahead. (Reports below the ACK point are ignored anyway.)
+            if self.max_loss_seen.lt(self.sbuf.base().sub(1)) {
+                self.max_loss_seen = self.sbuf.base().sub(1);
+            }
             self.acked_since_cc += pkts;
         }
         if a.info.is_some() {
