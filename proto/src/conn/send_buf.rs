@@ -116,7 +116,9 @@ impl SendBuffer {
         for k in 0..n {
             let m = &self.meta[self.idx(k)];
             bytes += u64::from(m.len);
-            self.retransmitted -= usize::from(m.retransmitted);
+            self.retransmitted = self
+                .retransmitted
+                .saturating_sub(usize::from(m.retransmitted));
         }
         self.head = self.idx(n);
         self.len -= n;
