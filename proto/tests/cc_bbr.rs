@@ -57,21 +57,10 @@ fn cfg(cc: &str) -> slipstream_proto::conn::ConnConfig {
     c
 }
 
-/// Streams `len` bytes with controller `cc` over the bottleneck (the return path has the same
-/// delay and loss, no rate limit); gives up after `limit` of virtual time.
+/// Streams `len` bytes with controller `cc` over the bottleneck with a one-way delay of
+/// `delay_ms` (the return path has the same delay and loss, no rate limit); gives up after
+/// `limit` of virtual time.
 fn transfer(
-    cc: &str,
-    seed: u64,
-    loss: f64,
-    queue_bytes: usize,
-    len: usize,
-    limit: Duration,
-) -> Outcome {
-    transfer_at(DELAY_MS, cc, seed, loss, queue_bytes, len, limit)
-}
-
-/// [`transfer`] with a one-way delay of `delay_ms`.
-fn transfer_at(
     delay_ms: u64,
     cc: &str,
     seed: u64,
@@ -233,7 +222,15 @@ const BIG: usize = 40_000_000;
 fn one_percent_loss_keeps_85_percent() {
     let s = seed(11);
     let _g = SeedGuard(s);
-    let o = transfer("bbr", s, 0.01, 2 * BDP_BYTES, BIG, Duration::from_secs(30));
+    let o = transfer(
+        DELAY_MS,
+        "bbr",
+        s,
+        0.01,
+        2 * BDP_BYTES,
+        BIG,
+        Duration::from_secs(30),
+    );
     report("1% loss", "bbr", &o);
     assert!(o.done);
     assert!(o.fraction() >= 0.85, "goodput {:.3}", o.fraction());
@@ -243,7 +240,15 @@ fn one_percent_loss_keeps_85_percent() {
 fn five_percent_loss_keeps_70_percent() {
     let s = seed(12);
     let _g = SeedGuard(s);
-    let o = transfer("bbr", s, 0.05, 2 * BDP_BYTES, BIG, Duration::from_secs(30));
+    let o = transfer(
+        DELAY_MS,
+        "bbr",
+        s,
+        0.05,
+        2 * BDP_BYTES,
+        BIG,
+        Duration::from_secs(30),
+    );
     report("5% loss", "bbr", &o);
     assert!(o.done);
     assert!(o.fraction() >= 0.70, "goodput {:.3}", o.fraction());
@@ -253,7 +258,15 @@ fn five_percent_loss_keeps_70_percent() {
 fn clean_path_fills_the_link_without_overflowing_the_queue() {
     let s = seed(13);
     let _g = SeedGuard(s);
-    let o = transfer("bbr", s, 0.0, BDP_BYTES, BIG, Duration::from_secs(30));
+    let o = transfer(
+        DELAY_MS,
+        "bbr",
+        s,
+        0.0,
+        BDP_BYTES,
+        BIG,
+        Duration::from_secs(30),
+    );
     report("no loss", "bbr", &o);
     assert!(o.done);
     assert!(o.fraction() >= 0.90, "goodput {:.3}", o.fraction());
@@ -283,7 +296,7 @@ fn short_rtt_probes_fit_a_one_bdp_queue() {
     let s = seed(15);
     let _g = SeedGuard(s);
     let bdp = (RATE_BPS / 8 * 10 / 1000) as usize;
-    let o = transfer_at(5, "bbr", s, 0.0, bdp, BIG, Duration::from_secs(30));
+    let o = transfer(5, "bbr", s, 0.0, bdp, BIG, Duration::from_secs(30));
     report("no loss, 10 ms RTT", "bbr", &o);
     assert!(o.done);
     assert!(o.fraction() >= 0.90, "goodput {:.3}", o.fraction());
@@ -299,7 +312,7 @@ fn long_lossy_path_keeps_the_link_busy() {
     let s = seed(16);
     let _g = SeedGuard(s);
     let bdp = (RATE_BPS / 8 * 200 / 1000) as usize;
-    let o = transfer_at(
+    let o = transfer(
         100,
         "bbr",
         s,
@@ -319,6 +332,7 @@ fn lossy_transfer_completes_fast() {
     let s = seed(14);
     let _g = SeedGuard(s);
     let o = transfer(
+        DELAY_MS,
         "bbr",
         s,
         0.02,
@@ -368,7 +382,7 @@ fn compare_with_udt() {
             ("1% loss, 2 BDP queue", 0.01, 2 * BDP_BYTES),
             ("5% loss, 2 BDP queue", 0.05, 2 * BDP_BYTES),
         ] {
-            let o = transfer(cc, s, loss, queue, BIG, Duration::from_secs(20));
+            let o = transfer(DELAY_MS, cc, s, loss, queue, BIG, Duration::from_secs(20));
             report(name, cc, &o);
             if loss > 0.0 {
                 lossy.insert((cc, name), o.fraction());
