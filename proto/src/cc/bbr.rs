@@ -14,7 +14,14 @@
 //!   this is the bottleneck's service rate. A sender-side delivery rate (packets newly
 //!   acknowledged over time) is not used: the ACK is cumulative, so under random loss it stalls
 //!   behind every hole for about two round trips and then jumps, and a max filter turns those
-//!   jumps into large overestimates. `btl_bw` is the maximum sample over the last
+//!   jumps into large overestimates. Outside a 1.25 probe a report enters the filter through
+//!   the median of the last three: a receiver that stalled and then read its backlog at once
+//!   reports one rate well above the path's between ordinary ones, and a max filter would keep
+//!   it for ten slots, pacing above the bottleneck until its queue overflows (1 Gbit/s, 50 ms:
+//!   a 10 % overestimate fills a one-BDP queue in half a second). A probe takes reports as
+//!   they come: more than the estimate is what it looks for, and it may show in one report
+//!   only, when ACKs are sparse.
+//!   `btl_bw` is the maximum sample over the last
 //!   [`BW_WINDOW_ROUNDS`] slots of a windowed max filter; a slot lasts one ProbeBW phase.
 //! - Rounds are counted in time: one round lasts `max(min_rtt, SYN interval)`. The cumulative
 //!   ACK is no good round marker under loss for the same reason as above. A ProbeBW phase (and
@@ -32,8 +39,10 @@
 //! - *Startup*: pacing and window gain [`HIGH_GAIN`] (2/ln 2 ≈ 2.89). Before the first bandwidth
 //!   sample the controller behaves as slow start: unpaced (period 1 µs), window 16 packets,
 //!   grown by the packets acknowledged (doubling once per round trip). The first sample comes
-//!   from that unpaced burst, which crosses the bottleneck back to back, so it is already close
-//!   to the bottleneck rate. Startup ends when
+//!   from that unpaced burst, which crosses the bottleneck back to back: often close to the
+//!   bottleneck rate, but a receiver that times arrivals in user space reads it anywhere from a
+//!   few percent to above it. When Startup ends, the filter keeps only the highest sample of
+//!   its last round, which measures the full pipe. Startup ends when
 //!   `btl_bw` has not grown by 25 % in three rounds ("the pipe is full"), when a round loses
 //!   more than [`STARTUP_LOSS_FACTOR`] times the lowest loss ratio of a round so far plus
 //!   [`STARTUP_LOSS_MARGIN`] (random loss stays at its level; a queue overflowing under
@@ -254,6 +263,8 @@ pub struct Bbr {
     /// The highest bandwidth sample since a moment at most a round ago, packets/s, and that
     /// moment, µs: the heavy-loss cut's floor.
     latest_bw: (f64, u64),
+    /// The last three rate reports (after the send-rate cap), newest first, packets/s (0 = none).
+    recent_bw: [f64; 3],
 }
 
 impl Default for Bbr {
@@ -289,7 +300,23 @@ impl Default for Bbr {
             send_rates: [0.0; 2],
             base_loss_ratio: None,
             latest_bw: (0.0, 0),
+            recent_bw: [0.0; 3],
         }
+    }
+}
+
+/// The sample a max filter may keep from the last three reports (newest first, 0 = none): their
+/// median, the lower of two, the only one. A single report far above its neighbours is a
+/// receiver that stalled and then read its backlog; a real increase (a probe the path carried,
+/// Startup's growth) lasts for several reports.
+fn spike_filtered(recent: &[f64; 3]) -> f64 {
+    let [a, b, c] = *recent;
+    if b <= 0.0 {
+        a
+    } else if c <= 0.0 {
+        a.min(b)
+    } else {
+        a.max(b).min(a.min(b).max(c))
     }
 }
 
@@ -547,6 +574,19 @@ impl Bbr {
         self.round_count = self.round_count.saturating_add(rounds);
     }
 
+    /// At the end of Startup the filter keeps only the highest sample of the last round: with
+    /// the pipe full those measure the bottleneck, while earlier ones came from a
+    /// different load (the first one from a burst of a few packets, timed by a receiver that
+    /// may have read it late or in pieces: 4 % to 115 % of the bottleneck in traced runs), and
+    /// an early overestimate would otherwise pace ProbeBW above the path for ten slots.
+    fn restart_bw_filter(&mut self, ctx: &CcContext) {
+        let (latest, since) = self.latest_bw;
+        if latest > 0.0 && (ctx.now_us.saturating_sub(since) as f64) <= self.round_len_us(ctx) {
+            self.bw_slots = [0.0; BW_WINDOW_ROUNDS];
+            self.bw_slots[self.bw_idx] = latest;
+        }
+    }
+
     fn enter_probe_bw(&mut self, ctx: &CcContext) {
         self.state = BbrState::ProbeBw;
         // Any phase but the 0.75 one (index 1).
@@ -562,6 +602,7 @@ impl Bbr {
                 if self.filled_pipe {
                     self.state = BbrState::Drain;
                     self.drain_start_round = self.round_count;
+                    self.restart_bw_filter(ctx);
                 }
             }
             BbrState::Drain => {}
@@ -683,7 +724,16 @@ impl CongestionControl for Bbr {
             } else {
                 MAX_BW_PPS
             };
-            let sample = f64::from(rate).min(cap).min(MAX_BW_PPS);
+            let raw = f64::from(rate).min(cap).min(MAX_BW_PPS);
+            self.recent_bw = [raw, self.recent_bw[0], self.recent_bw[1]];
+            // While probing, more than the estimate is what the probe looks for, and it may
+            // show in one report only; anywhere else a lone high report is the receiver's.
+            let probing = self.state == BbrState::ProbeBw && self.pacing_gain() > 1.0;
+            let sample = if probing {
+                raw
+            } else {
+                spike_filtered(&self.recent_bw)
+            };
             let slot = &mut self.bw_slots[self.bw_idx];
             *slot = slot.max(sample);
             // The highest sample of a period that restarts once it is a round old.
@@ -873,6 +923,52 @@ mod tests {
         // While losses come, the window also covers the packets stuck behind holes.
         let bdp = bw * cc.min_rtt_us() / 1e6;
         assert!(ctl.cwnd_pkts > (CWND_GAIN + LOSS_ALLOWANCE_RTTS) * bdp);
+    }
+
+    #[test]
+    fn startup_ends_with_the_estimate_of_its_last_round() {
+        let (mut cc, mut ctl) = started(&ctx(0));
+        // The first report, from the initial burst, reads 30 % above the bottleneck.
+        let mut c = ctx(10_000);
+        c.recv_rate_pps = 13_000;
+        c.pkts_sent = 16;
+        c.last_sent_seq = SeqNo::new(16);
+        ack(&mut cc, c, &mut ctl, SeqNo::new(16), 16);
+        assert_eq!(cc.btl_bw_pps(), 13_000.0);
+        while cc.state() == BbrState::Startup && c.now_us < 2_000_000 {
+            c = run(&mut cc, &mut ctl, c, 10_000, 10);
+        }
+        assert_ne!(cc.state(), BbrState::Startup);
+        assert_eq!(cc.btl_bw_pps(), 10_000.0);
+    }
+
+    #[test]
+    fn a_single_high_report_does_not_enter_the_estimate() {
+        let (mut cc, mut ctl, mut c) = in_probe_bw(10_000);
+        let bw = cc.btl_bw_pps();
+        let mut report = |cc: &mut Bbr, rate: u32| {
+            c.now_us += 10_000;
+            c.recv_rate_pps = rate;
+            c.pkts_sent += 100;
+            c.last_sent_seq = c.last_sent_seq.add(100);
+            ack(cc, c, &mut ctl, c.last_sent_seq.next(), 100);
+        };
+        // Into a phase that sends at the estimate, with two more such phases after it.
+        while !(2..=5).contains(&cc.cycle_idx) {
+            report(&mut cc, 10_000);
+        }
+        // A receiver that stalled and then read its backlog at once: one report 9 % high,
+        // under the send-rate cap, between ordinary ones.
+        for rate in [10_000, 10_900, 10_000, 10_000] {
+            report(&mut cc, rate);
+        }
+        assert_eq!(cc.btl_bw_pps(), bw);
+        assert_eq!(cc.pacing_gain(), 1.0);
+        // A higher rate that lasts is the path's: it is taken.
+        for rate in [10_900, 10_900, 10_900] {
+            report(&mut cc, rate);
+        }
+        assert_eq!(cc.btl_bw_pps(), 10_900.0);
     }
 
     #[test]
