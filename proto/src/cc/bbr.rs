@@ -49,9 +49,10 @@
 //!   2.89 times the bottleneck rate loses far more, a round before the plateau shows), or when
 //!   a round sees heavy loss (see below).
 //! - *Drain*: pacing gain `1 / 2.89`, window gain 2.89, until the packets in flight fall to the
-//!   estimated BDP (plus the allowances below), at most [`DRAIN_MAX_ROUNDS`] rounds. In-flight is
-//!   not in [`CcContext`]; it is estimated as `last_sent_seq - ack_seq + 1` on each ACK, which
-//!   also counts packets delivered beyond a hole, hence the round limit.
+//!   estimated BDP (plus the ACK allowance below), at most [`DRAIN_MAX_ROUNDS`] rounds. In
+//!   flight is the engine's [`CcContext::pkts_in_network`], which does not count packets
+//!   delivered behind a hole (`last_sent_seq - ack_seq` does, and under random loss kept Drain
+//!   going for all its rounds).
 //! - *ProbeBW*: window gain 2, pacing gains cycling through `[1.25, 0.75, 1, 1, 1, 1, 1, 1]`,
 //!   one phase per phase length (above). The cycle starts at a pseudo-random phase other than 0.75 (derived
 //!   from the sequence number, so runs in virtual time are reproducible), which desynchronises
@@ -624,11 +625,13 @@ impl Bbr {
             }
         }
         if self.state == BbrState::Drain {
+            // The engine's count of packets in the network, which leaves out those delivered
+            // behind holes: under random loss the ACK point stays behind a hole most of the
+            // time, and counted from it Drain ran its full three rounds at a third of the rate.
             let bw = self.bw_eff(ctx);
-            let target = bw * self.min_rtt_us / 1e6
-                + self.ack_allowance(ctx, bw)
-                + self.loss_allowance(ctx, bw);
-            if self.inflight_est <= target
+            let target = bw * self.min_rtt_us / 1e6 + self.ack_allowance(ctx, bw);
+            let in_flight = self.inflight_est.min(f64::from(ctx.pkts_in_network));
+            if in_flight <= target
                 || self.round_count.saturating_sub(self.drain_start_round) >= DRAIN_MAX_ROUNDS
             {
                 self.enter_probe_bw(ctx);
@@ -1004,6 +1007,32 @@ mod tests {
         }
         assert!(cc.btl_bw_pps() < bw, "{} !< {bw}", cc.btl_bw_pps());
         assert!(lowest >= 9_500.0, "{lowest}");
+    }
+
+    #[test]
+    fn drain_ends_on_the_packets_in_the_network_not_behind_a_hole() {
+        let (mut cc, mut ctl) = started(&ctx(0));
+        let mut c = ctx(0);
+        c.recv_rate_pps = 10_000;
+        // A hole holds the ACK point at 1 throughout; the engine counts 2,000 packets in the
+        // network (a queue: the BDP is 400).
+        c.pkts_in_network = 2_000;
+        let mut step = |cc: &mut Bbr, c: &mut CcContext| {
+            c.now_us += 10_000;
+            c.pkts_sent += 100;
+            c.last_sent_seq = c.last_sent_seq.add(100);
+            ack(cc, *c, &mut ctl, SeqNo::new(1), 0);
+        };
+        while cc.state() == BbrState::Startup && c.now_us < 1_000_000 {
+            step(&mut cc, &mut c);
+        }
+        assert_eq!(cc.state(), BbrState::Drain);
+        step(&mut cc, &mut c);
+        assert_eq!(cc.state(), BbrState::Drain);
+        // The queue drained: ProbeBW at once, though `last_sent_seq - ack` is thousands.
+        c.pkts_in_network = 300;
+        step(&mut cc, &mut c);
+        assert_eq!(cc.state(), BbrState::ProbeBw);
     }
 
     #[test]

@@ -45,6 +45,11 @@ pub struct CcContext {
     pub last_sent_seq: SeqNo,
     /// The SYN (rate control) interval, 10 ms in SRT.
     pub syn_interval: Duration,
+    /// The packets the engine presumes in the network, the count its window bounds: those
+    /// sent after the packet following the highest reported loss (the receiver has that one),
+    /// plus unacknowledged retransmissions. Unlike `last_sent_seq` minus the ACK point it does
+    /// not count the packets delivered behind a hole.
+    pub pkts_in_network: u32,
     /// Total data packets sent, retransmissions included.
     pub pkts_sent: u64,
     /// Total packets reported lost by the receiver.
@@ -205,6 +210,7 @@ pub(crate) fn test_context(rtt_ms: u64, rtt_var_ms: u64, bandwidth_pps: u32) -> 
         flow_window: 8192,
         last_sent_seq: SeqNo::new(0),
         syn_interval: Duration::from_millis(10),
+        pkts_in_network: 0,
         pkts_sent: 0,
         pkts_lost: 0,
         max_bw_bps: 0,

@@ -371,6 +371,7 @@ impl Connection {
             flow_window: self.peer_window,
             last_sent_seq: self.sbuf.next_unsent().sub(1),
             syn_interval: Duration::from_micros(SYN_INTERVAL_US),
+            pkts_in_network: u32::try_from(self.in_network()).unwrap_or(u32::MAX),
             pkts_sent: self.stats.pkts_sent,
             pkts_lost: self.stats.pkts_snd_loss,
             max_bw_bps: self.cfg.max_bw_bps,
