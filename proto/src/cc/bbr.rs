@@ -44,6 +44,7 @@
 //!   few percent to above it. When Startup ends, the filter keeps only the highest sample of
 //!   its last round, which measures the full pipe. Startup ends when
 //!   `btl_bw` has not grown by 25 % in three rounds ("the pipe is full"), when a round loses
+//!   (reports lost, of the packets the round before sent)
 //!   more than [`STARTUP_LOSS_FACTOR`] times the lowest loss ratio of a round so far plus
 //!   [`STARTUP_LOSS_MARGIN`] (random loss stays at its level; a queue overflowing under
 //!   2.89 times the bottleneck rate loses far more, a round before the plateau shows), or when
@@ -137,9 +138,9 @@ pub const PROBE_RTT_US: u64 = 200_000;
 /// Startup ends when a round's loss ratio exceeds this multiple of the lowest ratio seen in
 /// a round, plus [`STARTUP_LOSS_MARGIN`]: random loss keeps its level, an overflowing queue
 /// (pacing at 2.89 times the bottleneck drops about two packets in three) does not.
-pub const STARTUP_LOSS_FACTOR: f64 = 3.0;
+pub const STARTUP_LOSS_FACTOR: f64 = 2.0;
 /// See [`STARTUP_LOSS_FACTOR`].
-pub const STARTUP_LOSS_MARGIN: f64 = 0.02;
+pub const STARTUP_LOSS_MARGIN: f64 = 0.01;
 /// Packets a round must send before its loss ratio counts for Startup's loss exit.
 const STARTUP_LOSS_MIN_PKTS: u64 = 500;
 /// Window during ProbeRTT as a fraction of the estimated BDP.
@@ -245,6 +246,8 @@ pub struct Bbr {
     /// `pkts_sent` and `pkts_lost` at the start of the current round.
     round_sent_base: u64,
     round_lost_base: u64,
+    /// Packets sent in the previous round.
+    prev_round_sent: u64,
     /// Round of the last loss report.
     last_loss_round: Option<u64>,
     /// The window stays at the minimum until this time (after a timeout), µs.
@@ -292,6 +295,7 @@ impl Default for Bbr {
             inflight_est: 0.0,
             round_sent_base: 0,
             round_lost_base: 0,
+            prev_round_sent: 0,
             last_loss_round: None,
             timeout_until_us: None,
             send_times: VecDeque::new(),
@@ -543,8 +547,15 @@ impl Bbr {
         let lost = ctx.pkts_lost.saturating_sub(self.round_lost_base);
         self.round_sent_base = ctx.pkts_sent;
         self.round_lost_base = ctx.pkts_lost;
-        if sent >= STARTUP_LOSS_MIN_PKTS {
-            let ratio = lost as f64 / sent as f64;
+        // The losses reported in a round are mostly those of the packets sent in the round
+        // before (a report takes about a round trip): in Startup, which sends 2.89 times more
+        // each round, dividing by this round's packets reads random loss at a third of its
+        // level, and the first rounds' handful of packets set a baseline far below it. At 5 %
+        // loss on a 200 ms path the next round then looked like an overflow, and Startup ended
+        // at a tenth of the link.
+        let reported_of = std::mem::replace(&mut self.prev_round_sent, sent);
+        if reported_of >= STARTUP_LOSS_MIN_PKTS {
+            let ratio = lost as f64 / reported_of as f64;
             let base = self.base_loss_ratio.map_or(ratio, |b| b.min(ratio));
             if self.state == BbrState::Startup
                 && self.base_loss_ratio.is_some()
@@ -578,7 +589,7 @@ impl Bbr {
     /// At the end of Startup the filter keeps only the highest sample of the last round: with
     /// the pipe full those measure the bottleneck, while earlier ones came from a
     /// different load (the first one from a burst of a few packets, timed by a receiver that
-    /// may have read it late or in pieces: 4 % to 115 % of the bottleneck in traced runs), and
+    /// may have read it late or in pieces: from a few percent of the bottleneck to above it), and
     /// an early overestimate would otherwise pace ProbeBW above the path for ten slots.
     fn restart_bw_filter(&mut self, ctx: &CcContext) {
         let (latest, since) = self.latest_bw;
@@ -862,6 +873,34 @@ mod tests {
             // A round that loses far more than the path's usual share: the queue overflows.
             let _ = grow(&mut cc, &mut ctl, c, overflow, 50);
             assert_ne!(cc.state(), BbrState::Startup, "{random} random loss");
+        }
+    }
+
+    #[test]
+    fn startup_reads_random_loss_against_the_packets_it_concerns() {
+        // 5.5 % random loss, reported a round (40 ms) after the packets were sent, while
+        // Startup sends far more every round: from its first 17 packets to its first paced
+        // round, then 2.2 times more a round. The ratio stays 5.5 %: no loss exit.
+        let (mut cc, mut ctl) = started(&ctx(0));
+        let mut c = ctx(0);
+        let sent = [17u64, 1017, 2242, 5000, 11000, 24000];
+        for (round, &n) in sent.iter().enumerate() {
+            let reported = if round == 0 {
+                0
+            } else {
+                sent[round - 1] * 55 / 1000
+            };
+            for tick in 0..4 {
+                c.now_us += 10_000;
+                if tick == 0 {
+                    c.pkts_sent += n;
+                    c.last_sent_seq = c.last_sent_seq.add(n as u32);
+                    c.pkts_lost += reported;
+                }
+                c.recv_rate_pps = (n * 25) as u32;
+                ack(&mut cc, c, &mut ctl, c.last_sent_seq.next(), 1);
+            }
+            assert_eq!(cc.state(), BbrState::Startup, "round {round}");
         }
     }
 
