@@ -232,14 +232,16 @@ impl IoLoop {
             let batch = self.dp.recv(timeout)?;
             shared.io_sleeping.store(false, Ordering::Release);
 
-            // One timestamp per batch: when it was read. The receiver's rate estimator shares
-            // the time since the previous batch among the batch's packets; a clock read per
-            // datagram would time the CPU working through the batch, not the link.
+            // One time per batch: when it was read (the receiver's rate estimator shares the
+            // time since the previous batch among the batch's packets; a clock read per
+            // datagram would time the CPU working through the batch, not the link). Where the
+            // datapath has the kernel's receive timestamp, it times the arrival for the rate
+            // the receiver averages over an ACK interval.
             let read_at = Instant::now();
             let mut g = shared.lock();
             let n = batch.len();
-            for (src, data) in batch.iter() {
-                g.ep.handle(read_at, src, data);
+            for (src, data, at) in batch.iter_timed() {
+                g.ep.handle_at(read_at, at.unwrap_or(read_at), src, data);
             }
             let now = Instant::now();
             let mut fired = false;

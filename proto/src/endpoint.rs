@@ -255,6 +255,22 @@ impl Endpoint {
 
     /// Processes one received datagram from `remote`.
     pub fn handle(&mut self, now: Instant, remote: SocketAddr, datagram: &[u8]) {
+        self.handle_at(now, now, remote, datagram);
+    }
+
+    /// [`handle`](Self::handle) for a datagram the caller knows arrived at `received` (a
+    /// kernel receive timestamp, at most `now`). The receive time only times data arrivals for
+    /// the receiving rate the receiver averages over each ACK interval and reports in full
+    /// ACKs, which the sender's rate controller samples; everything else happens at `now`. A
+    /// runtime that reads datagrams in batches stamps them better this way than with the time
+    /// of the read, which includes however long its thread waited to run.
+    pub fn handle_at(
+        &mut self,
+        now: Instant,
+        received: Instant,
+        remote: SocketAddr,
+        datagram: &[u8],
+    ) {
         self.stats.datagrams_in += 1;
         let pkt = match Packet::parse(datagram) {
             Ok(p) => p,
@@ -288,7 +304,7 @@ impl Endpoint {
             return;
         }
         let was_connecting = c.peer_id() == 0;
-        c.handle_packet(now, &pkt);
+        c.handle_packet_at(now, received.min(now), &pkt);
         if was_connecting && c.peer_id() != 0 {
             self.by_peer.insert((remote, c.peer_id()), dst);
         }

@@ -303,7 +303,11 @@ pub struct AckRates {
 ///   estimate below what the link has shown would cap the sender.
 /// - *average*: what arrived over the last ACK interval (at least half a SYN interval), which
 ///   libsrt only displays. slipstream's sender takes its bandwidth samples from it: a count
-///   over 10 ms is immune to how arrivals bunch.
+///   over 10 ms is immune to how arrivals bunch. An interval runs from one ACK to the next,
+///   but starts earlier if a packet it counts arrived earlier (by the kernel's receive
+///   timestamp, where the runtime has them): a receiver thread that waited a few
+///   milliseconds to run reads packets that arrived before the last ACK, and counted over
+///   the ACK interval alone, that backlog read as up to twice the path's rate.
 ///
 /// Times are microseconds on the connection's clock; nothing here reads a clock.
 #[derive(Debug, Clone, Default)]
@@ -319,9 +323,11 @@ pub struct AckRateTracker {
 }
 
 impl AckRateTracker {
-    /// Every data packet arrival (retransmissions and duplicates count: they used the link).
-    pub fn on_arrival(&mut self, now_us: u64, bytes: usize) {
-        let w = self.window.get_or_insert((now_us, 0, 0));
+    /// Every data packet arrival (retransmissions and duplicates count: they used the link),
+    /// at `at_us`: when it arrived, if known, else when it is handled.
+    pub fn on_arrival(&mut self, at_us: u64, bytes: usize) {
+        let w = self.window.get_or_insert((at_us, 0, 0));
+        w.0 = w.0.min(at_us);
         w.1 += 1;
         w.2 += bytes as u64;
     }
@@ -511,6 +517,29 @@ mod tests {
         assert!(r.speed_pps <= 10_000);
         assert_eq!(r2.speed_pps, 1_000);
         assert_eq!(r2.avg_bps, 1_000_000);
+    }
+
+    #[test]
+    fn a_late_read_does_not_read_as_a_burst() {
+        // 10,000 packets/s, one every 100 µs. The receiving thread does not run from 6 ms to
+        // 10 ms (the ACK goes out at 10 ms anyway, from what was read), then reads the
+        // packets that arrived meanwhile.
+        let est = RateEstimator::new();
+        let mut ack = AckRateTracker::default();
+        for i in 0..60u64 {
+            ack.on_arrival(i * 100, 1000);
+        }
+        ack.on_ack(10_000, 5_000, &est);
+        // What was read by then, over the interval: low, which a max filter ignores.
+        assert_eq!(ack.avg_pps(), 6_000);
+        // The backlog, then the next 10 ms, arriving on time.
+        for i in 60..200u64 {
+            ack.on_arrival(i * 100, 1000);
+        }
+        let r = ack.on_ack(20_000, 5_000, &est);
+        // 140 packets, but 14 ms of arrivals: the path's rate, not 14,000 packets/s.
+        assert_eq!(ack.avg_pps(), 10_000);
+        assert_eq!(r.avg_bps, 10_000_000);
     }
 
     #[test]

@@ -147,6 +147,9 @@ pub struct RxMeta {
     pub offset: usize,
     /// Its length.
     pub len: usize,
+    /// When the kernel received it (a software receive timestamp), where the datapath
+    /// asks for one; `None` otherwise.
+    pub at: Option<Instant>,
 }
 
 impl Default for RxMeta {
@@ -156,6 +159,7 @@ impl Default for RxMeta {
             part: 0,
             offset: 0,
             len: 0,
+            at: None,
         }
     }
 }
@@ -226,6 +230,11 @@ impl<'a> RxBatch<'a> {
 
     /// The datagrams, in arrival order: source and bytes.
     pub fn iter(&self) -> impl Iterator<Item = (SocketAddr, &'a [u8])> + 'a {
+        self.iter_timed().map(|(src, data, _)| (src, data))
+    }
+
+    /// The datagrams, in arrival order: source, bytes and the kernel's receive time if known.
+    pub fn iter_timed(&self) -> impl Iterator<Item = (SocketAddr, &'a [u8], Option<Instant>)> + 'a {
         let parts = self.parts;
         self.metas.iter().filter_map(move |m| {
             let buf = match parts {
@@ -233,7 +242,11 @@ impl<'a> RxBatch<'a> {
                 Parts::One(_) => return None,
                 Parts::Many(p) => p.part(m.part)?,
             };
-            Some((m.src, buf.get(m.offset..m.offset.checked_add(m.len)?)?))
+            Some((
+                m.src,
+                buf.get(m.offset..m.offset.checked_add(m.len)?)?,
+                m.at,
+            ))
         })
     }
 }

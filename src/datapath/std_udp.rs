@@ -167,6 +167,7 @@ impl Datapath for StdUdp {
             part: 0,
             offset: 0,
             len,
+            at: None,
         });
         let mut at = len;
         while self.rx_metas.len() < RX_BATCH && at + MAX_UDP_PAYLOAD <= self.rx_buf.len() {
@@ -177,6 +178,7 @@ impl Datapath for StdUdp {
                         part: 0,
                         offset: at,
                         len,
+                        at: None,
                     });
                     at += len;
                 }

@@ -32,7 +32,7 @@ use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Messages per `sendmmsg` call.
 pub(crate) const TX_MSGS: usize = 64;
@@ -331,6 +331,10 @@ impl Core {
             // Without GRO the kernel splits incoming GSO batches itself: slower, still correct.
             let _ = setsockopt_int(&sock, libc::SOL_UDP, libc::UDP_GRO, 1);
         }
+        // Receive timestamps time arrivals for the protocol's rate estimates: the time a batch
+        // is read includes however long this thread was not scheduled. Without them, the
+        // batch's read time stands in.
+        let _ = setsockopt_int(&sock, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1);
         let zc = if zerocopy {
             setsockopt_int(&sock, libc::SOL_SOCKET, SO_ZEROCOPY, 1)?;
             Some(Completions::default())
@@ -656,7 +660,8 @@ impl Core {
         loop {
             match self.recvmmsg() {
                 Ok(n) => {
-                    if self.unpack(n) || !self.rx_metas.is_empty() {
+                    let clocks = (Instant::now(), SystemTime::now());
+                    if self.unpack(n, clocks) || !self.rx_metas.is_empty() {
                         break;
                     }
                     // Only truncated or ignored messages: look again.
@@ -736,8 +741,9 @@ impl Core {
     }
 
     /// Turns `n` received messages into batch entries, splitting GRO batches. Returns
-    /// whether a waker datagram was among them.
-    fn unpack(&mut self, n: usize) -> bool {
+    /// whether a waker datagram was among them. `clocks` are the monotonic and the wall
+    /// clock read together after the receive: kernel timestamps are wall-clock times.
+    fn unpack(&mut self, n: usize, clocks: (Instant, SystemTime)) -> bool {
         let mut woken = false;
         for i in 0..n {
             let h = &self.rx.hdrs[i];
@@ -757,26 +763,31 @@ impl Core {
                 continue;
             }
             let ctrl_len = controllen(&h.msg_hdr).min(64);
-            let gso = cmsgs(&self.rx.ctrls[i].0[..ctrl_len])
+            let ctrl = &self.rx.ctrls[i].0[..ctrl_len];
+            let gso = cmsgs(ctrl)
                 .find(|&(level, ty, _)| level == libc::SOL_UDP && ty == libc::UDP_GRO)
                 .and_then(|(_, _, d)| Some(i32::from_ne_bytes(d.get(..4)?.try_into().ok()?)))
                 .filter(|&g| g > 0)
                 .map(|g| g as usize);
+            let at = cmsgs(ctrl)
+                .find(|&(level, ty, _)| level == libc::SOL_SOCKET && ty == libc::SCM_TIMESTAMPNS)
+                .and_then(|(_, _, d)| received_at(d, clocks));
             let base = i * RX_SLOT;
             match gso {
                 Some(g) if len > g => {
                     self.stats.gro_batches += 1;
-                    let mut at = 0;
-                    while at < len {
-                        let l = g.min(len - at);
+                    let mut off = 0;
+                    while off < len {
+                        let l = g.min(len - off);
                         self.rx_metas.push(RxMeta {
                             src,
                             part: 0,
-                            offset: base + at,
+                            offset: base + off,
                             len: l,
+                            at,
                         });
                         self.stats.received += 1;
-                        at += l;
+                        off += l;
                     }
                 }
                 _ => {
@@ -785,6 +796,7 @@ impl Core {
                         part: 0,
                         offset: base,
                         len,
+                        at,
                     });
                     self.stats.received += 1;
                 }
@@ -792,6 +804,26 @@ impl Core {
         }
         woken
     }
+}
+
+/// The oldest receive timestamp taken as such: older, the wall clock has stepped.
+const MAX_RX_AGE: Duration = Duration::from_secs(1);
+
+/// An `SCM_TIMESTAMPNS` payload (a `timespec`: seconds and nanoseconds since the epoch, wall
+/// clock) as a monotonic instant: `clocks.0` minus the packet's age at `clocks.1`. `None` when
+/// it is malformed or not within [`MAX_RX_AGE`] before the wall-clock reading.
+fn received_at(data: &[u8], clocks: (Instant, SystemTime)) -> Option<Instant> {
+    const HALF: usize = std::mem::size_of::<libc::time_t>();
+    let secs = libc::time_t::from_ne_bytes(data.get(..HALF)?.try_into().ok()?);
+    let nanos = libc::c_long::from_ne_bytes(data.get(HALF..2 * HALF)?.try_into().ok()?);
+    let stamp = UNIX_EPOCH.checked_add(Duration::new(
+        u64::try_from(secs).ok()?,
+        u32::try_from(nanos).ok().filter(|&n| n < 1_000_000_000)?,
+    ))?;
+    let age = clocks.1.duration_since(stamp).ok()?;
+    (age <= MAX_RX_AGE)
+        .then(|| clocks.0.checked_sub(age))
+        .flatten()
 }
 
 /// The control bytes the kernel returned (`msg_controllen` is a `size_t` on glibc, a
@@ -1121,6 +1153,68 @@ mod tests {
             assert_eq!(lens, [0, 10, 0], "gso={gso}");
             assert_eq!(got[0].0, a.local_addr().unwrap());
         }
+    }
+
+    #[test]
+    fn datagrams_carry_their_kernel_receive_time() {
+        let mut a = Mmsg::bind(lo(), true).unwrap();
+        let mut b = Mmsg::bind(lo(), true).unwrap();
+        let dst = b.local_addr().unwrap();
+        let before = Instant::now();
+        a.send(&pattern(100), &[Tx::single(dst, 0, 100)]).unwrap();
+        // Read it late: the timestamp is the arrival, not the read.
+        std::thread::sleep(Duration::from_millis(30));
+        let batch = b.recv(Some(Duration::from_secs(1))).unwrap();
+        let read = Instant::now();
+        let (_, data, at) = batch.iter_timed().next().expect("a datagram");
+        assert_eq!(data.len(), 100);
+        let at = at.expect("a receive timestamp");
+        // The conversion between clocks rounds by a few microseconds.
+        assert!(
+            at + Duration::from_millis(1) >= before,
+            "{at:?} before {before:?}"
+        );
+        assert!(
+            read.duration_since(at) >= Duration::from_millis(25),
+            "{at:?} {read:?}"
+        );
+    }
+
+    #[test]
+    fn receive_timestamps_out_of_reason_are_ignored() {
+        let now = (Instant::now(), SystemTime::now());
+        let stamp = |age: Duration| {
+            let t = now
+                .1
+                .checked_sub(age)
+                .unwrap()
+                .duration_since(UNIX_EPOCH)
+                .unwrap();
+            let mut b = (t.as_secs() as libc::time_t).to_ne_bytes().to_vec();
+            b.extend((libc::c_long::from(t.subsec_nanos() as i32)).to_ne_bytes());
+            b
+        };
+        let ok = received_at(&stamp(Duration::from_millis(5)), now).unwrap();
+        assert_eq!(now.0.duration_since(ok), Duration::from_millis(5));
+        // Older than a second (the wall clock stepped), from the future, cut short, or
+        // with nanoseconds out of range: none.
+        assert!(received_at(&stamp(Duration::from_secs(2)), now).is_none());
+        let future = now.1 + Duration::from_secs(5);
+        let mut b = (future.duration_since(UNIX_EPOCH).unwrap().as_secs() as libc::time_t)
+            .to_ne_bytes()
+            .to_vec();
+        b.extend((0 as libc::c_long).to_ne_bytes());
+        assert!(received_at(&b, now).is_none());
+        let good = stamp(Duration::from_millis(5));
+        assert!(received_at(&good[..good.len() - 1], now).is_none());
+        assert!(received_at(&[], now).is_none());
+        let mut bad = good.clone();
+        let half = std::mem::size_of::<libc::time_t>();
+        bad[half..].copy_from_slice(&(2_000_000_000 as libc::c_long).to_ne_bytes());
+        assert!(received_at(&bad, now).is_none());
+        let mut neg = good;
+        neg[..half].copy_from_slice(&(-1 as libc::time_t).to_ne_bytes());
+        assert!(received_at(&neg, now).is_none());
     }
 
     #[test]

@@ -505,6 +505,12 @@ impl Connection {
 
     /// Processes one datagram addressed to this connection.
     pub fn handle_packet(&mut self, now: Instant, pkt: &Packet<'_>) {
+        self.handle_packet_at(now, now, pkt);
+    }
+
+    /// [`handle_packet`](Self::handle_packet) for a datagram received at `received` (at most
+    /// `now`; see [`Endpoint::handle_at`](crate::endpoint::Endpoint::handle_at)).
+    pub fn handle_packet_at(&mut self, now: Instant, received: Instant, pkt: &Packet<'_>) {
         let now_us = self.us(now);
         if let State::Closed(_) = self.state {
             return;
@@ -522,7 +528,7 @@ impl Connection {
         match pkt {
             Packet::Data(h, payload) => {
                 if matches!(self.state, State::Connected | State::Closing) {
-                    self.on_data(now_us, h, payload);
+                    self.on_data(now_us, self.us(received), h, payload);
                 }
             }
             Packet::Control(c) => self.on_control(now_us, c),

@@ -14,14 +14,28 @@ const LIGHT_ACK_PKTS: u32 = super::LIGHT_ACK_PKTS;
 pub(super) const NAK_SWEEP_MAX_PKTS: u32 = 32;
 
 impl Connection {
-    pub(super) fn on_data(&mut self, now_us: u64, h: &DataHeader, payload: &[u8]) {
+    /// A data packet that arrived at `received_us` (at most `now_us`; see
+    /// `Endpoint::handle_at`), handled at `now_us`.
+    pub(super) fn on_data(
+        &mut self,
+        now_us: u64,
+        received_us: u64,
+        h: &DataHeader,
+        payload: &[u8],
+    ) {
         self.stats.pkts_recv += 1;
         if h.retransmitted {
             self.stats.pkts_recv_retrans += 1;
         }
+        // The arrival speed and packet pairs are timed when the packet is handled: they look
+        // at gaps of microseconds, where a kernel timestamp shows how a forwarder ahead of us
+        // released packets in bursts, not the path's rate. The ACK interval's average is
+        // timed by arrival: over milliseconds, the time of handling adds however long this
+        // thread waited to run, and a late read reads as a burst.
         let now = self.at(now_us);
         self.rate.on_arrival(now, payload.len());
-        self.ack_rates.on_arrival(now_us, payload.len());
+        self.ack_rates
+            .on_arrival(received_us.min(now_us), payload.len());
         if !h.retransmitted {
             match h.seq.get() % 16 {
                 0 => self.rate.on_probe1(now),

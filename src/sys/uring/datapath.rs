@@ -137,6 +137,7 @@ impl Datapath for Uring {
                     part,
                     offset: off,
                     len: seg.min(len - off.min(len)).min(MAX_UDP_PAYLOAD),
+                    at: None,
                 });
             }
             self.held.0.push(r.buf);
