@@ -11,7 +11,9 @@
 //!
 //! - Bandwidth samples are the receiver's arrival rate, [`CcContext::recv_rate_pps`], taken on
 //!   every full ACK (every SYN interval, 10 ms). When the sender is faster than the bottleneck
-//!   this is the bottleneck's service rate. A sender-side delivery rate (packets newly
+//!   this is the bottleneck's service rate. A slipstream receiver times the interval by the
+//!   kernel's receive timestamps where it has them, so a late read does not count as a burst
+//!   (see `rate::AckRateTracker`). A sender-side delivery rate (packets newly
 //!   acknowledged over time) is not used: the ACK is cumulative, so under random loss it stalls
 //!   behind every hole for about two round trips and then jumps, and a max filter turns those
 //!   jumps into large overestimates. Outside a 1.25 probe a report enters the filter through
@@ -50,7 +52,11 @@
 //!   2.89 times the bottleneck rate loses far more, a round before the plateau shows), or when
 //!   a round sees heavy loss (see below).
 //! - *Drain*: pacing gain `1 / 2.89`, window gain 2.89, until the packets in flight fall to the
-//!   estimated BDP (plus the ACK allowance below), at most [`DRAIN_MAX_ROUNDS`] rounds. In
+//!   estimated BDP (plus the ACK allowance below), or two rate reports in a row fall below
+//!   [`DRAIN_EMPTY`] (0.8) of the estimate (the queue is empty: arrivals follow Drain's rate;
+//!   the packets in flight still count the retransmissions of Startup's overflow, and Drain
+//!   went on for its full three rounds at a third of the link), at most
+//!   [`DRAIN_MAX_ROUNDS`] rounds. In
 //!   flight is the engine's [`CcContext::pkts_in_network`], which does not count packets
 //!   delivered behind a hole (`last_sent_seq - ack_seq` does, and under random loss kept Drain
 //!   going for all its rounds).
@@ -151,6 +157,8 @@ pub const FULL_BW_GROWTH: f64 = 1.25;
 pub const FULL_BW_ROUNDS: u32 = 3;
 /// Longest Drain, in rounds.
 pub const DRAIN_MAX_ROUNDS: u64 = 3;
+/// Drain also ends when two rate reports in a row fall below this fraction of the estimate.
+pub const DRAIN_EMPTY: f64 = 0.8;
 /// Loss ratio over a round that counts as congestion.
 pub const HEAVY_LOSS_RATIO: f64 = 0.2;
 /// Factor applied to the bandwidth estimate on a heavy-loss round.
@@ -642,7 +650,13 @@ impl Bbr {
             let bw = self.bw_eff(ctx);
             let target = bw * self.min_rtt_us / 1e6 + self.ack_allowance(ctx, bw);
             let in_flight = self.inflight_est.min(f64::from(ctx.pkts_in_network));
+            // The bottleneck's queue is empty once arrivals fall below its rate: then the
+            // window still counts the retransmissions of Startup's overflow, which are on
+            // their way or delivered behind a hole, and Drain would go on starving the link.
+            let [r0, r1, _] = self.recent_bw;
+            let starving = r1 > 0.0 && r0.max(r1) < DRAIN_EMPTY * bw;
             if in_flight <= target
+                || starving
                 || self.round_count.saturating_sub(self.drain_start_round) >= DRAIN_MAX_ROUNDS
             {
                 self.enter_probe_bw(ctx);
@@ -1072,6 +1086,35 @@ mod tests {
         c.pkts_in_network = 300;
         step(&mut cc, &mut c);
         assert_eq!(cc.state(), BbrState::ProbeBw);
+    }
+
+    #[test]
+    fn drain_ends_when_arrivals_fall_below_the_bottleneck() {
+        let (mut cc, mut ctl) = started(&ctx(0));
+        let mut c = ctx(0);
+        c.recv_rate_pps = 10_000;
+        // Startup's overflow is being retransmitted: the engine counts those in the network
+        // (2,000 packets, five BDPs) for a while after the queue has drained.
+        c.pkts_in_network = 2_000;
+        let mut step = |cc: &mut Bbr, c: &mut CcContext| {
+            c.now_us += 10_000;
+            c.pkts_sent += 100;
+            c.last_sent_seq = c.last_sent_seq.add(100);
+            ack(cc, *c, &mut ctl, SeqNo::new(1), 0);
+        };
+        while cc.state() == BbrState::Startup && c.now_us < 1_000_000 {
+            step(&mut cc, &mut c);
+        }
+        assert_eq!(cc.state(), BbrState::Drain);
+        // One low report is a receiver's hiccup.
+        c.recv_rate_pps = 3_500;
+        step(&mut cc, &mut c);
+        assert_eq!(cc.state(), BbrState::Drain);
+        // Two in a row: the queue is empty and the link starves at Drain's third of the
+        // rate. ProbeBW now, not after Drain's three rounds.
+        step(&mut cc, &mut c);
+        assert_eq!(cc.state(), BbrState::ProbeBw);
+        assert!(cc.round_count.saturating_sub(cc.drain_start_round) < DRAIN_MAX_ROUNDS);
     }
 
     #[test]
