@@ -16,13 +16,16 @@
 //!   (see `rate::AckRateTracker`). A sender-side delivery rate (packets newly
 //!   acknowledged over time) is not used: the ACK is cumulative, so under random loss it stalls
 //!   behind every hole for about two round trips and then jumps, and a max filter turns those
-//!   jumps into large overestimates. Outside a 1.25 probe a report enters the filter through
-//!   the median of the last three: a receiver that stalled and then read its backlog at once
+//!   jumps into large overestimates. Outside Startup and the 1.25 probe a report enters the
+//!   filter through the median of the last three: a receiver that stalled and then read its backlog at once
 //!   reports one rate well above the path's between ordinary ones, and a max filter would keep
 //!   it for ten slots, pacing above the bottleneck until its queue overflows (1 Gbit/s, 50 ms:
 //!   a 10 % overestimate fills a one-BDP queue in half a second). A probe takes reports as
 //!   they come: more than the estimate is what it looks for, and it may show in one report
-//!   only, when ACKs are sparse.
+//!   only, when ACKs are sparse. So does Startup, whose rate grows every round: waiting for a
+//!   second report cost a tenth of each 50 ms round. Every report is capped at 1.1 times the
+//!   highest rate we sent over a SYN interval (a sixteenth of a round on long paths) in the
+//!   last two rounds: nothing arrives faster than it was sent.
 //!   `btl_bw` is the maximum sample over the last
 //!   [`BW_WINDOW_ROUNDS`] slots of a windowed max filter; a slot lasts one ProbeBW phase.
 //! - Rounds are counted in time: one round lasts `max(min_rtt, SYN interval)`. The cumulative
@@ -45,7 +48,10 @@
 //!   bottleneck rate, but a receiver that times arrivals in user space reads it anywhere from a
 //!   few percent to above it. When Startup ends, the filter keeps only the highest sample of
 //!   its last round, which measures the full pipe. Startup ends when
-//!   `btl_bw` has not grown by 25 % in three rounds ("the pipe is full"), when a round loses
+//!   `btl_bw` has not grown by 25 % in [`FULL_BW_ROUNDS`] (2) rounds ("the pipe is full";
+//!   BBR waits three, but each round Startup goes on after the pipe is full puts 1.9 BDP more
+//!   into the bottleneck's queue, and with reports timed by arrival the plateau is clear after
+//!   two), when a round loses
 //!   (reports lost, of the packets the round before sent)
 //!   more than [`STARTUP_LOSS_FACTOR`] times the lowest loss ratio of a round so far plus
 //!   [`STARTUP_LOSS_MARGIN`] (random loss stays at its level; a queue overflowing under
@@ -129,6 +135,8 @@ use std::collections::VecDeque;
 pub const HIGH_GAIN: f64 = 2.885_390_081_777_927;
 /// Tolerance of the send-rate cap on bandwidth samples (interval edges, probe pairs).
 const SEND_RATE_SLACK: f64 = 1.1;
+/// Send-rate intervals kept: two rounds of sixteenth-round intervals, with room.
+const SEND_RATE_SLOTS: usize = 64;
 /// Window gain in ProbeBW.
 pub const CWND_GAIN: f64 = 2.0;
 /// ProbeBW pacing gains, one phase per round.
@@ -154,7 +162,7 @@ pub const PROBE_RTT_CWND_GAIN: f64 = 0.5;
 /// Bandwidth growth that counts as "still growing" in Startup.
 pub const FULL_BW_GROWTH: f64 = 1.25;
 /// Rounds without such growth after which the pipe is full.
-pub const FULL_BW_ROUNDS: u32 = 3;
+pub const FULL_BW_ROUNDS: u32 = 2;
 /// Longest Drain, in rounds.
 pub const DRAIN_MAX_ROUNDS: u64 = 3;
 /// Drain also ends when two rate reports in a row fall below this fraction of the estimate.
@@ -268,8 +276,10 @@ pub struct Bbr {
     engine_min_rtt_us: f64,
     /// Start of the current send-rate interval: (µs, `pkts_sent`).
     send_mark: Option<(u64, u64)>,
-    /// Our own sending rate over the last two completed intervals, packets/s.
-    send_rates: [f64; 2],
+    /// Our own sending rate over recent completed intervals: (packets/s, end µs), a ring.
+    send_rates: [(f64, u64); SEND_RATE_SLOTS],
+    /// Slot of the newest entry in `send_rates`.
+    send_rate_idx: usize,
     /// Lowest loss ratio of a round so far (random loss), for Startup's loss exit.
     base_loss_ratio: Option<f64>,
     /// The highest bandwidth sample since a moment at most a round ago, packets/s, and that
@@ -310,7 +320,8 @@ impl Default for Bbr {
             own_rtt: false,
             engine_min_rtt_us: 0.0,
             send_mark: None,
-            send_rates: [0.0; 2],
+            send_rates: [(0.0, 0); SEND_RATE_SLOTS],
+            send_rate_idx: 0,
             base_loss_ratio: None,
             latest_bw: (0.0, 0),
             recent_bw: [0.0; 3],
@@ -370,16 +381,32 @@ impl Bbr {
         }
     }
 
-    /// Measures our own sending rate over intervals of one round (a delivery-rate sample is
-    /// capped by the larger of the last two: what arrives was sent up to a round earlier).
+    /// Measures our own sending rate over short intervals: a SYN interval, or a sixteenth of
+    /// a round on long paths. A delivery-rate sample is capped by the highest of the last two
+    /// rounds (what arrives was sent up to a round earlier). Intervals of a whole round
+    /// averaged Startup's rate across its steps and capped its samples below what it sent.
     fn track_send_rate(&mut self, ctx: &CcContext) {
         let (t0, n0) = *self.send_mark.get_or_insert((ctx.now_us, ctx.pkts_sent));
         let dt = ctx.now_us.saturating_sub(t0);
-        if dt as f64 >= self.round_len_us(ctx) && dt > 0 {
+        let len = syn_us(ctx).max(self.round_len_us(ctx) / 16.0);
+        if dt as f64 >= len && dt > 0 {
             let rate = ctx.pkts_sent.saturating_sub(n0) as f64 * 1e6 / dt as f64;
-            self.send_rates = [rate, self.send_rates[0]];
+            self.send_rate_idx = (self.send_rate_idx + 1) % SEND_RATE_SLOTS;
+            self.send_rates[self.send_rate_idx] = (rate, ctx.now_us);
             self.send_mark = Some((ctx.now_us, ctx.pkts_sent));
         }
+    }
+
+    /// The highest sending rate of an interval that ended within the last two rounds (and
+    /// the interval before them), packets/s; 0 before the first.
+    fn recent_send_rate(&self, ctx: &CcContext) -> f64 {
+        let len = syn_us(ctx).max(self.round_len_us(ctx) / 16.0);
+        let since = ctx.now_us as f64 - 2.0 * self.round_len_us(ctx) - len;
+        self.send_rates
+            .iter()
+            .filter(|&&(_, end)| end > 0 && end as f64 >= since)
+            .map(|&(r, _)| r)
+            .fold(0.0, f64::max)
     }
 
     /// Length of a round, µs: `max(min_rtt, SYN interval)`.
@@ -746,7 +773,7 @@ impl CongestionControl for Bbr {
         if rate > 0 {
             // Nothing arrives faster than it was sent: a receiver that stalled and then read
             // its backlog at once reports a burst the path never carried.
-            let sent = self.send_rates[0].max(self.send_rates[1]);
+            let sent = self.recent_send_rate(ctx);
             let cap = if sent > 0.0 {
                 sent * SEND_RATE_SLACK
             } else {
@@ -756,7 +783,8 @@ impl CongestionControl for Bbr {
             self.recent_bw = [raw, self.recent_bw[0], self.recent_bw[1]];
             // While probing, more than the estimate is what the probe looks for, and it may
             // show in one report only; anywhere else a lone high report is the receiver's.
-            let probing = self.state == BbrState::ProbeBw && self.pacing_gain() > 1.0;
+            let probing = self.state == BbrState::Startup
+                || (self.state == BbrState::ProbeBw && self.pacing_gain() > 1.0);
             let sample = if probing {
                 raw
             } else {
@@ -929,8 +957,9 @@ mod tests {
         assert_eq!(cc.state(), BbrState::Startup);
         let want = 1e6 / (HIGH_GAIN * 10_000.0) * PROBE_PAIR_FACTOR;
         assert!((ctl.send_period_us - want).abs() < 1e-9);
-        // The bandwidth stops growing: three rounds later the pipe is full.
-        let c = run(&mut cc, &mut ctl, c, 10_000, 300);
+        // The bandwidth stops growing: two rounds (of 40 ms) after the round that saw it,
+        // the pipe is full.
+        let c = run(&mut cc, &mut ctl, c, 10_000, 110);
         assert_ne!(cc.state(), BbrState::Startup);
         // Drain ends within a few rounds, then ProbeBW cycles through all the gains.
         let mut c = run(&mut cc, &mut ctl, c, 10_000, 200);
@@ -996,6 +1025,33 @@ mod tests {
         }
         assert_ne!(cc.state(), BbrState::Startup);
         assert_eq!(cc.btl_bw_pps(), 10_000.0);
+    }
+
+    #[test]
+    fn startup_takes_a_step_up_at_once() {
+        let (mut cc, mut ctl) = started(&ctx(0));
+        let mut c = ctx(0);
+        let mut step = |cc: &mut Bbr, c: &mut CcContext, sent: u32, rate: u32| {
+            c.now_us += 10_000;
+            c.pkts_sent += u64::from(sent);
+            c.last_sent_seq = c.last_sent_seq.add(sent);
+            c.recv_rate_pps = rate;
+            ack(cc, *c, &mut ctl, c.last_sent_seq.next(), sent);
+        };
+        for _ in 0..6 {
+            step(&mut cc, &mut c, 100, 10_000);
+        }
+        assert_eq!(cc.btl_bw_pps(), 10_000.0);
+        // Startup sends at 2.89 times that for 30 ms; then the first report of it comes.
+        // Neither a send rate averaged over a round (24,250 packets/s here) nor a median of
+        // reports may hold it back: Startup's growth is real, and each report it waits
+        // costs a tenth of a round every round.
+        for _ in 0..3 {
+            step(&mut cc, &mut c, 290, 10_000);
+        }
+        step(&mut cc, &mut c, 290, 29_000);
+        assert_eq!(cc.state(), BbrState::Startup);
+        assert_eq!(cc.btl_bw_pps(), 29_000.0);
     }
 
     #[test]
