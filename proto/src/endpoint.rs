@@ -517,7 +517,8 @@ impl Endpoint {
             extension_field: ext_field,
             initial_seq: hs.initial_seq,
             mss,
-            flow_window: cfg.initial_window_pkts,
+            // What the connection's receive buffer will start with (as its own handshakes say).
+            flow_window: cfg.initial_buffer_pkts(crate::conn::payload_size(mss, remote)) as u32,
             hs_type: HsType::Conclusion,
             socket_id: local_id,
             cookie: hs.cookie,

@@ -2,6 +2,12 @@
 
 use std::time::Duration;
 
+/// The payload of a packet on a 1500-byte MTU path over IPv4, bytes: the unit in which the
+/// initial buffers are sized.
+const STANDARD_PAYLOAD: usize = 1456;
+/// Fewest packets a buffer holds.
+const MIN_BUFFER_PKTS: usize = 64;
+
 /// How the connection carries data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -146,11 +152,29 @@ impl ConnConfig {
         self.buffer_cap_bytes = bytes.max(64 << 10);
         self
     }
-    /// Initial receive window in packets before it sizes itself. Default 8192.
+    /// Initial receive window in packets before it sizes itself. Default 8192. The send and
+    /// receive buffers start with room for this many packets, but for no more bytes than
+    /// this many 1456-byte packets: with loopback's 64 KiB datagrams, 8192 packets are half
+    /// a gigabyte, where a few megabytes carry the path.
     pub fn set_initial_window(&mut self, pkts: u32) -> &mut Self {
         self.initial_window_pkts = pkts.clamp(32, 1 << 24);
         self
     }
+    /// Packets the buffers start with for payloads of `payload_size` bytes (see
+    /// [`set_initial_window`](Self::set_initial_window)), within the memory cap.
+    pub(crate) fn initial_buffer_pkts(&self, payload_size: usize) -> usize {
+        let max_pkts = self.buffer_max_pkts(payload_size);
+        let by_bytes = self.initial_window_pkts as usize * STANDARD_PAYLOAD / payload_size.max(1);
+        (self.initial_window_pkts as usize)
+            .min(by_bytes.max(MIN_BUFFER_PKTS))
+            .min(max_pkts)
+    }
+
+    /// Most packets the buffers may grow to for payloads of `payload_size` bytes.
+    pub(crate) fn buffer_max_pkts(&self, payload_size: usize) -> usize {
+        (self.buffer_cap_bytes / payload_size.max(1)).max(MIN_BUFFER_PKTS)
+    }
+
     /// Silence after which the peer is declared dead. Default 5 s.
     pub fn set_peer_idle_timeout(&mut self, t: Duration) -> &mut Self {
         self.peer_idle_timeout = t;
@@ -178,5 +202,27 @@ impl ConnConfig {
     pub fn set_initial_seq(&mut self, isn: Option<crate::seq::SeqNo>) -> &mut Self {
         self.initial_seq = isn;
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn initial_buffers_are_sized_in_bytes_as_well_as_packets() {
+        let mut cfg = ConnConfig::default();
+        // A 1500-byte path: the initial window as it is.
+        assert_eq!(cfg.initial_buffer_pkts(1456), 8192);
+        // Loopback's 64 KiB datagrams: the same 11.9 MB, not 8192 of them (512 MiB).
+        assert_eq!(cfg.initial_buffer_pkts(65_483), 182);
+        // Small payloads: never more packets than the window.
+        assert_eq!(cfg.initial_buffer_pkts(100), 8192);
+        // The memory cap bounds both, and a buffer holds at least 64 packets.
+        cfg.set_buffer_cap(1 << 20);
+        assert_eq!(cfg.initial_buffer_pkts(1456), 720);
+        assert_eq!(cfg.buffer_max_pkts(1456), 720);
+        assert_eq!(cfg.initial_buffer_pkts(65_483), 64);
+        assert_eq!(cfg.buffer_max_pkts(65_483), 64);
     }
 }

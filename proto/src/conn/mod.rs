@@ -253,8 +253,8 @@ impl Connection {
     ) -> Self {
         let mss = cfg.mss;
         let payload_size = payload_size(mss, peer_addr);
-        let max_pkts = (cfg.buffer_cap_bytes / payload_size).max(64);
-        let init = (cfg.initial_window_pkts as usize).min(max_pkts);
+        let max_pkts = cfg.buffer_max_pkts(payload_size);
+        let init = cfg.initial_buffer_pkts(payload_size);
         Connection {
             local_id,
             peer_id: 0,
@@ -333,8 +333,8 @@ impl Connection {
     /// Re-creates the (still empty) buffers for the negotiated MSS and initial sequence numbers.
     fn reset_buffers(&mut self, snd_isn: SeqNo, rcv_isn: SeqNo) {
         self.payload_size = payload_size(self.mss, self.peer_addr);
-        let max_pkts = (self.cfg.buffer_cap_bytes / self.payload_size).max(64);
-        let init = (self.cfg.initial_window_pkts as usize).min(max_pkts);
+        let max_pkts = self.cfg.buffer_max_pkts(self.payload_size);
+        let init = self.cfg.initial_buffer_pkts(self.payload_size);
         self.isn = snd_isn;
         self.sbuf = SendBuffer::new(self.payload_size, init, max_pkts, snd_isn);
         self.rbuf = RecvBuffer::new(self.payload_size, init, max_pkts, rcv_isn);
@@ -899,7 +899,7 @@ impl Connection {
 }
 
 /// Payload bytes per packet for an MSS: the MSS minus IP, UDP and SRT headers.
-fn payload_size(mss: u32, peer: SocketAddr) -> usize {
+pub(crate) fn payload_size(mss: u32, peer: SocketAddr) -> usize {
     let ip = if peer.is_ipv6() {
         UDP_IPV4_OVERHEAD + 20
     } else {
