@@ -17,9 +17,9 @@
 //!   acknowledged over time) is not used: the ACK is cumulative, so under random loss it stalls
 //!   behind every hole for about two round trips and then jumps, and a max filter turns those
 //!   jumps into large overestimates. Outside Startup and the 1.25 probe a report enters the
-//!   filter through the median of the last three: a receiver that stalled and then read its backlog at once
-//!   reports one rate well above the path's between ordinary ones, and a max filter would keep
-//!   it for ten slots, pacing above the bottleneck until its queue overflows (1 Gbit/s, 50 ms:
+//!   filter through the median of the last three: a receiver that stalled and then read its
+//!   backlog at once (where it has no receive timestamps) reports one rate well above the
+//!   path's between ordinary ones, and a max filter would keep it for ten slots, pacing above the bottleneck until its queue overflows (1 Gbit/s, 50 ms:
 //!   a 10 % overestimate fills a one-BDP queue in half a second). A probe takes reports as
 //!   they come: more than the estimate is what it looks for, and it may show in one report
 //!   only, when ACKs are sparse. So does Startup, whose rate grows every round: waiting for a
