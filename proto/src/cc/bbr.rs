@@ -71,7 +71,10 @@
 //!   from the sequence number, so runs in virtual time are reproducible), which desynchronises
 //!   flows sharing a bottleneck. The 1.25 phase probes for more bandwidth; the 0.75 phase drains
 //!   the queue the probe made. A flow with a small share gains relatively more from its probes
-//!   than a flow with a large share, which moves flows towards equal shares.
+//!   than a flow with a large share, which moves flows towards equal shares. Where a phase is
+//!   longer than a round (round trips under two SYN intervals) the gains' distance from 1 is
+//!   scaled by round / phase, so that a probe still adds a quarter BDP to the queue, not half
+//!   of one (at 10 ms: 1.125 and 0.875 for 20 ms each).
 //! - *ProbeRTT*: when `min_rtt` has not been refreshed for 10 s, the window drops to half the
 //!   estimated BDP ([`PROBE_RTT_CWND_GAIN`], as BBR v2; v1's four packets idle a long fat path
 //!   for the whole probe) for `max(200 ms, one round)` so that queues drain and the RTT can be
@@ -287,6 +290,8 @@ pub struct Bbr {
     latest_bw: (f64, u64),
     /// The last three rate reports (after the send-rate cap), newest first, packets/s (0 = none).
     recent_bw: [f64; 3],
+    /// A round over a ProbeBW phase (at most 1): the share of the cycle's gains used.
+    gain_scale: f64,
 }
 
 impl Default for Bbr {
@@ -325,6 +330,7 @@ impl Default for Bbr {
             base_loss_ratio: None,
             latest_bw: (0.0, 0),
             recent_bw: [0.0; 3],
+            gain_scale: 1.0,
         }
     }
 }
@@ -369,7 +375,9 @@ impl Bbr {
         match self.state {
             BbrState::Startup => HIGH_GAIN,
             BbrState::Drain => 1.0 / HIGH_GAIN,
-            BbrState::ProbeBw => GAIN_CYCLE[self.cycle_idx % GAIN_CYCLE.len()],
+            BbrState::ProbeBw => {
+                1.0 + (GAIN_CYCLE[self.cycle_idx % GAIN_CYCLE.len()] - 1.0) * self.gain_scale
+            }
             BbrState::ProbeRtt => 1.0,
         }
     }
@@ -806,6 +814,10 @@ impl CongestionControl for Bbr {
         self.advance_bw_slots(ctx);
         self.update_state(ctx);
         self.update_cwnd(ctx, acked);
+        // A phase lasts at least two SYN intervals: on paths shorter than that a full 1.25
+        // probe would put more than a quarter BDP into the bottleneck's queue.
+        self.gain_scale =
+            finite_or(self.round_len_us(ctx) / self.phase_len_us(ctx), 1.0).clamp(0.0, 1.0);
         self.apply(ctx, ctl);
     }
 
@@ -989,6 +1001,27 @@ mod tests {
         let c = run(&mut cc, &mut ctl, ctx(0), rate, 1_000);
         assert_eq!(cc.state(), BbrState::ProbeBw);
         (cc, ctl, c)
+    }
+
+    #[test]
+    fn short_paths_probe_a_quarter_bdp_per_cycle() {
+        // 10 ms round trips: a phase lasts two SYN intervals, twice a round.
+        let c0 = CcContext {
+            now_us: 0,
+            ..super::super::test_context(10, 1, 10_000)
+        };
+        let (mut cc, mut ctl) = started(&c0);
+        let mut c = run(&mut cc, &mut ctl, c0, 10_000, 1_000);
+        assert_eq!(cc.state(), BbrState::ProbeBw);
+        let mut seen = Vec::new();
+        for _ in 0..100 {
+            c = run(&mut cc, &mut ctl, c, 10_000, 10);
+            seen.push(cc.pacing_gain());
+        }
+        for g in [1.125, 0.875, 1.0] {
+            assert!(seen.contains(&g), "gain {g} never used: {seen:?}");
+        }
+        assert!(!seen.contains(&1.25) && !seen.contains(&0.75), "{seen:?}");
     }
 
     #[test]
