@@ -1151,57 +1151,52 @@ mod tests {
         assert!(lowest >= 9_500.0, "{lowest}");
     }
 
-    #[test]
-    fn drain_ends_on_the_packets_in_the_network_not_behind_a_hole() {
+    /// One 10 ms step at 10,000 packets/s while a hole holds the ACK point at 1.
+    fn hole_step(cc: &mut Bbr, ctl: &mut CcControl, c: &mut CcContext) {
+        c.now_us += 10_000;
+        c.pkts_sent += 100;
+        c.last_sent_seq = c.last_sent_seq.add(100);
+        ack(cc, *c, ctl, SeqNo::new(1), 0);
+    }
+
+    /// Startup at 10,000 packets/s behind a hole, with `in_network` packets counted in the
+    /// network (the BDP is 400), until Drain.
+    fn drain_behind_a_hole(in_network: u32) -> (Bbr, CcControl, CcContext) {
         let (mut cc, mut ctl) = started(&ctx(0));
         let mut c = ctx(0);
         c.recv_rate_pps = 10_000;
-        // A hole holds the ACK point at 1 throughout; the engine counts 2,000 packets in the
-        // network (a queue: the BDP is 400).
-        c.pkts_in_network = 2_000;
-        let mut step = |cc: &mut Bbr, c: &mut CcContext| {
-            c.now_us += 10_000;
-            c.pkts_sent += 100;
-            c.last_sent_seq = c.last_sent_seq.add(100);
-            ack(cc, *c, &mut ctl, SeqNo::new(1), 0);
-        };
+        c.pkts_in_network = in_network;
         while cc.state() == BbrState::Startup && c.now_us < 1_000_000 {
-            step(&mut cc, &mut c);
+            hole_step(&mut cc, &mut ctl, &mut c);
         }
         assert_eq!(cc.state(), BbrState::Drain);
-        step(&mut cc, &mut c);
+        (cc, ctl, c)
+    }
+
+    #[test]
+    fn drain_ends_on_the_packets_in_the_network_not_behind_a_hole() {
+        // The engine counts 2,000 packets in the network: a queue.
+        let (mut cc, mut ctl, mut c) = drain_behind_a_hole(2_000);
+        hole_step(&mut cc, &mut ctl, &mut c);
         assert_eq!(cc.state(), BbrState::Drain);
         // The queue drained: ProbeBW at once, though `last_sent_seq - ack` is thousands.
         c.pkts_in_network = 300;
-        step(&mut cc, &mut c);
+        hole_step(&mut cc, &mut ctl, &mut c);
         assert_eq!(cc.state(), BbrState::ProbeBw);
     }
 
     #[test]
     fn drain_ends_when_arrivals_fall_below_the_bottleneck() {
-        let (mut cc, mut ctl) = started(&ctx(0));
-        let mut c = ctx(0);
-        c.recv_rate_pps = 10_000;
         // Startup's overflow is being retransmitted: the engine counts those in the network
         // (2,000 packets, five BDPs) for a while after the queue has drained.
-        c.pkts_in_network = 2_000;
-        let mut step = |cc: &mut Bbr, c: &mut CcContext| {
-            c.now_us += 10_000;
-            c.pkts_sent += 100;
-            c.last_sent_seq = c.last_sent_seq.add(100);
-            ack(cc, *c, &mut ctl, SeqNo::new(1), 0);
-        };
-        while cc.state() == BbrState::Startup && c.now_us < 1_000_000 {
-            step(&mut cc, &mut c);
-        }
-        assert_eq!(cc.state(), BbrState::Drain);
+        let (mut cc, mut ctl, mut c) = drain_behind_a_hole(2_000);
         // One low report is a receiver's hiccup.
         c.recv_rate_pps = 3_500;
-        step(&mut cc, &mut c);
+        hole_step(&mut cc, &mut ctl, &mut c);
         assert_eq!(cc.state(), BbrState::Drain);
         // Two in a row: the queue is empty and the link starves at Drain's third of the
         // rate. ProbeBW now, not after Drain's three rounds.
-        step(&mut cc, &mut c);
+        hole_step(&mut cc, &mut ctl, &mut c);
         assert_eq!(cc.state(), BbrState::ProbeBw);
         assert!(cc.round_count.saturating_sub(cc.drain_start_round) < DRAIN_MAX_ROUNDS);
     }
