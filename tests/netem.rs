@@ -7,9 +7,18 @@ use common::*;
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_slipstream");
+
+/// The emulator tests run one at a time: the accuracy probe measures the delivered rate, and
+/// on two cores a transfer test running beside it took a quarter of it away.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn slipstream(args: &[&str]) -> Output {
     Command::new(BIN).args(args).output().unwrap()
@@ -158,6 +167,7 @@ fn emulator_lifecycle_and_accuracy() {
     if !root_test("emulator_lifecycle_and_accuracy") {
         return;
     }
+    let _serial = serial();
     let name = format!("tn{}", std::process::id());
     {
         let emu = Emu::up(&name, &["--delay", "5ms", "--rate", "200mbit"]);
@@ -203,6 +213,7 @@ fn tcp_srt_and_slipstream_cross_the_emulator_byte_exact() {
     if !root_test("tcp_srt_and_slipstream_cross_the_emulator_byte_exact") {
         return;
     }
+    let _serial = serial();
     let name = format!("tx{}", std::process::id());
     let emu = Emu::up(&name, LOSSY_10MS);
     let dir = std::env::temp_dir().join(format!("slipstream-netem-{}", std::process::id()));
@@ -305,6 +316,7 @@ fn libsrt_file_sender_to_slipstream_over_lossy_paths() {
     if !root_test("libsrt_file_sender_to_slipstream_over_lossy_paths") {
         return;
     }
+    let _serial = serial();
     if !have("srt-file-transmit", "srt-tools") {
         return;
     }
