@@ -314,3 +314,68 @@ fn naks_are_not_held_back_by_a_light_ack_with_nothing_to_say() {
     // The periodic NAK comes every max((RTT + 4 RTTVar) / 2, 20 ms): several in 200 ms.
     assert!(naks >= 5, "only {naks} NAKs in 200 ms with a hole open");
 }
+
+/// The conclusion exchange gives each side its first RTT sample, but only when it was sent
+/// once (Karn). With the listener's response lost, the caller repeats its conclusion after the
+/// 250 ms retry interval, and timing from the first copy made that the listener's RTT on a
+/// 10 ms path: its periodic NAK, paced by the RTT, then came every 400 ms, and each lost
+/// retransmission stalled the transfer for as long.
+#[test]
+fn a_lost_handshake_response_does_not_skew_the_rtt() {
+    use slipstream_proto::conn::Event;
+    let s = seed(41);
+    let _g = SeedGuard(s);
+    let clean = path(5, 0.0, Some(100_000_000));
+    let mut p = Pair::new(s, clean.clone(), path(5, 0.0, None));
+    let cfg = file_cfg();
+    p.b.listen(Some(cfg.clone()));
+    let ca = p.a.connect(p.now, p.b_addr, cfg).expect("connect");
+    let (mut cb, mut connected, mut cut_at) = (None, false, None);
+    let ok = p.run_until(Duration::from_secs(5), |p| {
+        while let Some((_, ev)) = p.a.poll_event() {
+            connected |= ev == Event::Connected;
+        }
+        while let Some((id, ev)) = p.b.poll_event() {
+            if ev == Event::Accepted {
+                // The response to this conclusion goes out at the next step: lose it.
+                cb = Some(id);
+                let mut lossy = path(5, 0.0, None);
+                lossy.loss = 1.0;
+                p.ba.set_config(lossy);
+                cut_at = Some(p.now);
+            }
+        }
+        if cut_at.is_some_and(|t| p.now - t >= Duration::from_millis(20)) {
+            p.ba.set_config(path(5, 0.0, None));
+            cut_at = None;
+        }
+        connected && cb.is_some()
+    });
+    assert!(ok, "handshake did not complete");
+    assert!(
+        p.ba.stats().lost >= 1,
+        "the conclusion response was not lost"
+    );
+    let cb = cb.unwrap();
+    // A tenth of a second of data: a dozen ACK round trips.
+    let data = content(1_000_000, s);
+    let (t0, mut off) = (p.now, 0);
+    let mut buf = vec![0u8; 1 << 16];
+    p.run_until(Duration::from_millis(100), |p| {
+        if off < data.len() {
+            off += p.a.conn(ca).unwrap().send(p.now, &data[off..]).unwrap_or(0);
+        }
+        while p.b.conn(cb).unwrap().recv(&mut buf).unwrap_or(0) > 0 {}
+        false
+    });
+    let (ra, rb) = (
+        p.a.conn(ca).unwrap().stats(p.now).rtt_ms,
+        p.b.conn(cb).unwrap().stats(p.now).rtt_ms,
+    );
+    eprintln!(
+        "after {:?} of data: RTT {ra:.1} ms (caller), {rb:.1} ms (listener)",
+        p.now - t0
+    );
+    assert!(rb < 20.0, "listener RTT {rb:.1} ms on a 10 ms path");
+    assert!(ra < 20.0, "caller RTT {ra:.1} ms on a 10 ms path");
+}

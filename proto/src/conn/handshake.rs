@@ -35,8 +35,13 @@ pub(super) struct HsState {
     pub next_retry_us: u64,
     pub deadline_us: u64,
     /// When our conclusion (caller) or conclusion response (listener) was first sent; the
-    /// answer to it is the connection's first RTT sample.
+    /// answer to it is the connection's first RTT sample...
     pub conclusion_sent_us: Option<u64>,
+    /// ...if it was sent only once (Karn): the answer to a repeated one may answer any copy.
+    /// A lost first copy timed the retry interval too (250 ms on a 10 ms path): the periodic
+    /// NAK, paced by `(srtt + 4 rttvar) / 2`, then came every 400 ms, and a lost
+    /// retransmission stalled the transfer for as long.
+    pub conclusion_sends: u32,
     /// Listener: our conclusion response, replayed when the caller repeats its conclusion.
     pub response: Option<Handshake>,
 }
@@ -96,6 +101,7 @@ impl Connection {
             next_retry_us: 0,
             deadline_us,
             conclusion_sent_us: None,
+            conclusion_sends: 0,
             response: None,
         };
         let mut c = Connection::new(now, local_id, peer_addr, Role::Caller, cfg, cc, isn, hs);
@@ -119,6 +125,7 @@ impl Connection {
             next_retry_us: u64::MAX,
             deadline_us: u64::MAX,
             conclusion_sent_us: None,
+            conclusion_sends: 0,
             response: Some(acc.response),
         };
         let mut c = Connection::new(
@@ -219,12 +226,14 @@ impl Connection {
                 self.hs.next_retry_us = now_us + super::HS_RETRY_US;
                 if self.hs.phase == Phase::Conclusion {
                     self.hs.conclusion_sent_us.get_or_insert(now_us);
+                    self.hs.conclusion_sends = self.hs.conclusion_sends.saturating_add(1);
                 }
                 (self.caller_handshake(), 0)
             }
             Role::Listener => {
                 if !self.rtt_sampled {
                     self.hs.conclusion_sent_us.get_or_insert(now_us);
+                    self.hs.conclusion_sends = self.hs.conclusion_sends.saturating_add(1);
                 }
                 (self.hs.response.clone()?, self.peer_id)
             }
@@ -241,7 +250,9 @@ impl Connection {
     pub(super) fn listener_rtt_sample(&mut self, now_us: u64) {
         if self.role == Role::Listener && !self.rtt_sampled {
             if let Some(t) = self.hs.conclusion_sent_us.take() {
-                self.update_rtt(now_us.saturating_sub(t));
+                if self.hs.conclusion_sends == 1 {
+                    self.update_rtt(now_us.saturating_sub(t));
+                }
             }
         }
     }
@@ -287,10 +298,10 @@ impl Connection {
                         .is_some_and(|s| s.flags & SlipstreamExt::FILE_DIGEST != 0);
                 self.tsbpd_offset_us = now_us as i64 - i64::from(ts);
                 // The conclusion exchange is a round trip: a first RTT sample before any data,
-                // so the retransmission timer is sane on long paths from the start. Timed from
-                // the first conclusion: if that one was lost the sample is too long, which only
-                // makes the first timeouts more patient.
-                if let Some(t) = self.hs.conclusion_sent_us {
+                // so the retransmission timer is sane on long paths from the start. Not when
+                // the conclusion was repeated (see `conclusion_sends`): the defaults stand
+                // until the first ACKACK or ACK then.
+                if let (Some(t), 1) = (self.hs.conclusion_sent_us, self.hs.conclusion_sends) {
                     self.update_rtt(now_us.saturating_sub(t));
                 }
                 self.hs.phase = Phase::Done;

@@ -47,6 +47,9 @@ pub const SYN_INTERVAL_US: u64 = 10_000;
 /// Light ACK after this many packets.
 pub(super) const LIGHT_ACK_PKTS: u32 = 64;
 /// Keep-alive after this much silence from our side.
+/// The RTT assumed until the first sample (SRT's default too, so a peer that has no sample
+/// yet reports exactly this in its ACKs).
+pub(crate) const INITIAL_RTT_US: u64 = 100_000;
 const KEEPALIVE_US: u64 = 1_000_000;
 /// Handshake retransmission interval.
 pub(super) const HS_RETRY_US: u64 = 250_000;
@@ -304,7 +307,7 @@ impl Connection {
             tsbpd_offset_us: 0,
             last_ts_unwrapped: 0,
             // libsrt's initial estimates before the first sample.
-            srtt_us: 100_000,
+            srtt_us: INITIAL_RTT_US,
             rttvar_us: 50_000,
             rtt_sampled: false,
             next_ack_tick: SYN_INTERVAL_US,

@@ -154,7 +154,11 @@ impl Connection {
                 self.pending.ackacks[self.pending.ackack_len] = a.ack_no;
                 self.pending.ackack_len += 1;
             }
-            if info.rtt_us > 0 {
+            // The receiver's estimate; before our first sample, not its placeholder (the
+            // initial 100 ms it reports until its own first ACKACK), which would then take
+            // dozens of ACKs to smooth away.
+            let placeholder = !self.rtt_sampled && u64::from(info.rtt_us) == super::INITIAL_RTT_US;
+            if info.rtt_us > 0 && !placeholder {
                 self.update_rtt(u64::from(info.rtt_us));
             }
             self.peer_window = info.avail_buf_pkts;
