@@ -47,7 +47,8 @@
 //!   from that unpaced burst, which crosses the bottleneck back to back: often close to the
 //!   bottleneck rate, but a receiver that times arrivals in user space reads it anywhere from a
 //!   few percent to above it. When Startup ends, the filter keeps only the highest sample of
-//!   its last round, which measures the full pipe. Startup ends when
+//!   its last round, which measures the full pipe (unless that is under a third of the
+//!   estimate: the sender stalled behind a hole then, and the filter stands). Startup ends when
 //!   `btl_bw` has not grown by 25 % in [`FULL_BW_ROUNDS`] (2) rounds ("the pipe is full";
 //!   BBR waits three, but each round Startup goes on after the pipe is full puts 1.9 BDP more
 //!   into the bottleneck's queue, and with reports timed by arrival the plateau is clear after
@@ -181,6 +182,9 @@ const HEAVY_LOSS_MIN_PKTS: u64 = 20;
 /// lost too (1 % of holes at 1 % loss), about four. With two, those holes closed the window
 /// several times a second at 1 % loss (1 Gbit/s, 50 ms: 11.2 s for 1 GiB; with four, 10.8 s).
 pub const LOSS_ALLOWANCE_RTTS: f64 = 4.0;
+/// At the end of Startup, a last round that delivered less than this fraction of the
+/// estimate was a stall (the window full behind a hole), not the plateau of a full pipe.
+pub const STALL_FRACTION: f64 = 1.0 / 3.0;
 /// The loss allowance is withheld while the smoothed RTT exceeds `min_rtt` by this factor.
 /// At 1.25, a receiver slowed by a busy CPU (2 cores, both ends and the emulator) read as a
 /// queue several times a second at 1 Gbit/s, 50 ms, and each time the window halved.
@@ -634,9 +638,15 @@ impl Bbr {
     /// different load (the first one from a burst of a few packets, timed by a receiver that
     /// may have read it late or in pieces: from a few percent of the bottleneck to above it), and
     /// an early overestimate would otherwise pace ProbeBW above the path for ten slots.
+    /// Unless the last round delivered under [`STALL_FRACTION`] of the estimate: then it
+    /// measured a sender stalled behind a hole, not a full pipe, and the filter stands.
     fn restart_bw_filter(&mut self, ctx: &CcContext) {
         let (latest, since) = self.latest_bw;
-        if latest > 0.0 && (ctx.now_us.saturating_sub(since) as f64) <= self.round_len_us(ctx) {
+        let stalled = latest < STALL_FRACTION * self.btl_bw_pps();
+        if latest > 0.0
+            && !stalled
+            && (ctx.now_us.saturating_sub(since) as f64) <= self.round_len_us(ctx)
+        {
             self.bw_slots = [0.0; BW_WINDOW_ROUNDS];
             self.bw_slots[self.bw_idx] = latest;
         }
@@ -993,6 +1003,29 @@ mod tests {
             "{} vs {want}",
             ctl.cwnd_pkts
         );
+    }
+
+    /// A sender stalled behind a hole (its window full, the hole's repair lost too) gets
+    /// rate reports of what trickled through: a plateau, and Startup ends. The estimate must
+    /// not become that trickle: from 17 packets/s ProbeBW took seconds to climb back to a
+    /// 1 Gbit/s link (seen at 10 ms RTT and 5 % loss).
+    #[test]
+    fn a_stall_at_the_end_of_startup_does_not_collapse_the_estimate() {
+        let (mut cc, mut ctl) = started(&ctx(0));
+        let c = grow(&mut cc, &mut ctl, ctx(0), 0.0, 300);
+        assert_eq!(cc.state(), BbrState::Startup);
+        let before = cc.btl_bw_pps();
+        assert!(before > 10_000.0, "{before}");
+        let c = run(&mut cc, &mut ctl, c, 20, 200);
+        assert_ne!(cc.state(), BbrState::Startup, "the plateau ends Startup");
+        assert!(
+            cc.btl_bw_pps() >= before / 2.0,
+            "estimate fell from {before:.0} to {:.0} packets/s",
+            cc.btl_bw_pps()
+        );
+        // The path delivering at its rate again: ProbeBW paces at it.
+        let _ = run(&mut cc, &mut ctl, c, before as u32, 300);
+        assert_eq!(cc.state(), BbrState::ProbeBw);
     }
 
     /// Brings a controller to ProbeBW at `rate`.
