@@ -48,7 +48,8 @@
 //!   bottleneck rate, but a receiver that times arrivals in user space reads it anywhere from a
 //!   few percent to above it. When Startup ends, the filter keeps only the highest sample of
 //!   its last round, which measures the full pipe (unless that is under a third of the
-//!   estimate: the sender stalled behind a hole then, and the filter stands). Startup ends when
+//!   estimate: the sender stalled behind a hole then, and the second-highest slot is kept).
+//!   Startup ends when
 //!   `btl_bw` has not grown by 25 % in [`FULL_BW_ROUNDS`] (2) rounds ("the pipe is full";
 //!   BBR waits three, but each round Startup goes on after the pipe is full puts 1.9 BDP more
 //!   into the bottleneck's queue, and with reports timed by arrival the plateau is clear after
@@ -639,16 +640,21 @@ impl Bbr {
     /// may have read it late or in pieces: from a few percent of the bottleneck to above it), and
     /// an early overestimate would otherwise pace ProbeBW above the path for ten slots.
     /// Unless the last round delivered under [`STALL_FRACTION`] of the estimate: then it
-    /// measured a sender stalled behind a hole, not a full pipe, and the filter stands.
+    /// measured a sender stalled behind a hole, not a full pipe, and the filter restarts from
+    /// its second-highest slot instead (the rounds before the stall; not the highest, which
+    /// may be that early overestimate).
     fn restart_bw_filter(&mut self, ctx: &CcContext) {
         let (latest, since) = self.latest_bw;
-        let stalled = latest < STALL_FRACTION * self.btl_bw_pps();
-        if latest > 0.0
-            && !stalled
-            && (ctx.now_us.saturating_sub(since) as f64) <= self.round_len_us(ctx)
-        {
+        if latest > 0.0 && (ctx.now_us.saturating_sub(since) as f64) <= self.round_len_us(ctx) {
+            let keep = if latest < STALL_FRACTION * self.btl_bw_pps() {
+                let mut slots = self.bw_slots;
+                slots.sort_by(|a, b| b.total_cmp(a));
+                slots[1].max(latest)
+            } else {
+                latest
+            };
             self.bw_slots = [0.0; BW_WINDOW_ROUNDS];
-            self.bw_slots[self.bw_idx] = latest;
+            self.bw_slots[self.bw_idx] = keep;
         }
     }
 
@@ -1026,6 +1032,24 @@ mod tests {
         // The path delivering at its rate again: ProbeBW paces at it.
         let _ = run(&mut cc, &mut ctl, c, before as u32, 300);
         assert_eq!(cc.state(), BbrState::ProbeBw);
+
+        // A lone overestimate before the stall is not what survives it.
+        let (mut cc, mut ctl) = started(&ctx(0));
+        let mut c = grow(&mut cc, &mut ctl, ctx(0), 0.0, 300);
+        let real = cc.btl_bw_pps();
+        c.now_us += 10_000;
+        c.recv_rate_pps = (real * 3.0) as u32;
+        c.pkts_sent += (real * 0.03) as u64;
+        c.last_sent_seq = c.last_sent_seq.add((real * 0.03) as u32);
+        ack(&mut cc, c, &mut ctl, c.last_sent_seq.next(), 1);
+        let _ = run(&mut cc, &mut ctl, c, 20, 200);
+        assert_ne!(cc.state(), BbrState::Startup);
+        let kept = cc.btl_bw_pps();
+        assert!(
+            kept >= real / 2.0 && kept <= real * 1.1,
+            "kept {kept:.0} packets/s of {real:.0} (a spike to {:.0})",
+            real * 3.0
+        );
     }
 
     /// Brings a controller to ProbeBW at `rate`.
