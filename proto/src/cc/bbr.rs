@@ -19,7 +19,8 @@
 //!   jumps into large overestimates. Outside Startup and the 1.25 probe a report enters the
 //!   filter through the median of the last three: a receiver that stalled and then read its
 //!   backlog at once (where it has no receive timestamps) reports one rate well above the
-//!   path's between ordinary ones, and a max filter would keep it for ten slots, pacing above the bottleneck until its queue overflows (1 Gbit/s, 50 ms:
+//!   path's between ordinary ones, and a max filter would keep it for ten slots, pacing
+//!   above the bottleneck until its queue overflows (1 Gbit/s, 50 ms:
 //!   a 10 % overestimate fills a one-BDP queue in half a second). A probe takes reports as
 //!   they come: more than the estimate is what it looks for, and it may show in one report
 //!   only, when ACKs are sparse. So does Startup, whose rate grows every round: waiting for a
@@ -901,6 +902,22 @@ mod tests {
         c
     }
 
+    /// The pacing gain after each of `acks` ACKs 10 ms apart at a steady `rate`.
+    fn gains_seen(
+        cc: &mut Bbr,
+        ctl: &mut CcControl,
+        mut c: CcContext,
+        rate: u32,
+        acks: usize,
+    ) -> Vec<f64> {
+        let mut seen = Vec::with_capacity(acks);
+        for _ in 0..acks {
+            c = run(cc, ctl, c, rate, 10);
+            seen.push(cc.pacing_gain());
+        }
+        seen
+    }
+
     /// `on_ack` with the context by value, for brevity.
     fn ack(cc: &mut Bbr, c: CcContext, ctl: &mut CcControl, seq: SeqNo, n: u32) {
         cc.on_ack(&c, ctl, seq, n);
@@ -990,13 +1007,9 @@ mod tests {
         let c = run(&mut cc, &mut ctl, c, 10_000, 110);
         assert_ne!(cc.state(), BbrState::Startup);
         // Drain ends within a few rounds, then ProbeBW cycles through all the gains.
-        let mut c = run(&mut cc, &mut ctl, c, 10_000, 200);
+        let c = run(&mut cc, &mut ctl, c, 10_000, 200);
         assert_eq!(cc.state(), BbrState::ProbeBw);
-        let mut seen = Vec::new();
-        for _ in 0..200 {
-            c = run(&mut cc, &mut ctl, c, 10_000, 10);
-            seen.push(cc.pacing_gain());
-        }
+        let seen = gains_seen(&mut cc, &mut ctl, c, 10_000, 200);
         for g in [1.25, 0.75, 1.0] {
             assert!(seen.contains(&g), "gain {g} never used");
         }
@@ -1068,13 +1081,9 @@ mod tests {
             ..super::super::test_context(10, 1, 10_000)
         };
         let (mut cc, mut ctl) = started(&c0);
-        let mut c = run(&mut cc, &mut ctl, c0, 10_000, 1_000);
+        let c = run(&mut cc, &mut ctl, c0, 10_000, 1_000);
         assert_eq!(cc.state(), BbrState::ProbeBw);
-        let mut seen = Vec::new();
-        for _ in 0..100 {
-            c = run(&mut cc, &mut ctl, c, 10_000, 10);
-            seen.push(cc.pacing_gain());
-        }
+        let seen = gains_seen(&mut cc, &mut ctl, c, 10_000, 100);
         for g in [1.125, 0.875, 1.0] {
             assert!(seen.contains(&g), "gain {g} never used: {seen:?}");
         }
