@@ -54,6 +54,13 @@ impl Connection {
                         let (first, last) = (self.rcv_max, seq.sub(1));
                         self.stats.pkts_rcv_loss += u64::from(self.rcv_loss.insert(first, last));
                         self.queue_nak(first, last);
+                        if !self.speed_reported {
+                            // A loss report before any ACK with a receive speed: libsrt's file
+                            // sender leaves slow start on it and paces at the speed it has read,
+                            // still its initial 16 packets/s; from there it climbs about 10 % a
+                            // second. The ACK goes first (poll_transmit's order).
+                            self.pending.full_ack = true;
+                        }
                         if self.next_nak_tick <= now_us {
                             self.next_nak_tick = now_us + self.nak_interval_us();
                         }
@@ -190,6 +197,7 @@ impl Connection {
         self.last_acked_seq = self.rcv_ack;
         self.last_full_ack_us = now_us;
         self.pkts_recv_at_full_ack = self.stats.pkts_recv;
+        self.speed_reported |= rates.speed_pps > 0;
         self.pkts_since_ack = 0;
         self.stats.acks_sent += 1;
         let ack = Ack {
