@@ -270,7 +270,9 @@ fn set_sysctls(ns: &str) -> Result<(), String> {
 }
 
 /// The change of the emulator counters that matter between two `netem stats` snapshots:
-/// its CPU seconds and, per direction, packets read, lost and dropped by the queue.
+/// its CPU seconds and, per direction, packets read, lost and dropped by the queue, and those
+/// the kernel dropped at the TUN device before the emulator read them (`device_drops`: the
+/// emulator fell behind).
 pub fn emulator_delta(
     before: &serde_json::Value,
     after: &serde_json::Value,
@@ -283,7 +285,14 @@ pub fn emulator_delta(
     let mut dirs = serde_json::Map::new();
     for dir in ["a_to_b", "b_to_a"] {
         let mut m = serde_json::Map::new();
-        for k in ["read", "read_bytes", "delivered", "lost", "queue_drops"] {
+        for k in [
+            "read",
+            "read_bytes",
+            "delivered",
+            "lost",
+            "queue_drops",
+            "device_drops",
+        ] {
             if let Some(v) = d(&[dir, k]) {
                 m.insert(k.into(), serde_json::json!(v as i64));
             }
@@ -384,12 +393,15 @@ mod tests {
 
     #[test]
     fn emulator_deltas() {
-        let a = serde_json::json!({"cpu_seconds": 1.5, "a_to_b": {"read": 10, "lost": 1}});
-        let b = serde_json::json!({"cpu_seconds": 4.0, "a_to_b": {"read": 110, "lost": 3}});
+        let a = serde_json::json!({"cpu_seconds": 1.5,
+            "a_to_b": {"read": 10, "lost": 1, "device_drops": 7}});
+        let b = serde_json::json!({"cpu_seconds": 4.0,
+            "a_to_b": {"read": 110, "lost": 3, "device_drops": 12}});
         let d = emulator_delta(&a, &b).unwrap();
         assert_eq!(d["cpu_seconds"], 2.5);
         assert_eq!(d["a_to_b"]["read"], 100);
         assert_eq!(d["a_to_b"]["lost"], 2);
+        assert_eq!(d["a_to_b"]["device_drops"], 5);
         assert!(emulator_delta(&a, &serde_json::json!({})).is_none());
     }
 }
