@@ -21,7 +21,7 @@ pub const TRAILER_MAGIC: &[u8; 8] = b"SLPSTRM1";
 /// Length of the digest trailer: magic, length, BLAKE3.
 pub const TRAILER_LEN: usize = 48;
 /// Read and write granularity.
-const CHUNK: usize = 4 << 20;
+const CHUNK: usize = 1 << 20;
 /// A sender gives up when nothing more is acknowledged for this long.
 const ACK_IDLE: Duration = Duration::from_secs(60);
 
