@@ -275,6 +275,9 @@ impl RateEstimator {
 
 /// How long the peak arrival speed is remembered as a capacity floor, µs.
 const PEAK_HOLD_US: u64 = 1_000_000;
+/// Shortest span an early speed is taken over, µs: arrivals stamped together (one read)
+/// span nothing.
+const MIN_EARLY_SPAN_US: u64 = 100;
 
 /// The three rates a receiver's full ACK carries (draft-sharabayko-srt §3.2.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -291,7 +294,9 @@ pub struct AckRates {
 ///
 /// - *speed*: the highest arrival speed of the last second. An arrival speed is UDT's
 ///   median-filtered rate within bursts ([`RateEstimator::recv_rate`]), at least the average,
-///   and held at its last value while arrivals are too irregular to measure. libsrt's file
+///   and held at its last value while arrivals are too irregular to measure; before the
+///   estimator has measured anything, the pace of the arrivals so far (first to last, by
+///   arrival time). libsrt's file
 ///   controller smooths this field (weight 1/8 per ACK), paces at it when it leaves slow
 ///   start (at its first loss, a few ACKs in) and sizes its window from it. At 1% loss it then
 ///   hardly climbs: a loss in nearly every 10 ms skips the increase. What it reads in its first
@@ -320,6 +325,11 @@ pub struct AckRateTracker {
     speed: u32,
     /// Highest speed reported within [`PEAK_HOLD_US`], and when it was reported.
     peak: (u32, u64),
+    /// (first, last, packets) of the arrivals so far, until the estimator has measured a
+    /// speed: the early speed is theirs.
+    early: Option<(u64, u64, u64)>,
+    /// The estimator has measured a speed.
+    measured: bool,
 }
 
 impl AckRateTracker {
@@ -330,11 +340,31 @@ impl AckRateTracker {
         w.0 = w.0.min(at_us);
         w.1 += 1;
         w.2 += bytes as u64;
+        if !self.measured {
+            let e = self.early.get_or_insert((at_us, at_us, 0));
+            e.0 = e.0.min(at_us);
+            e.1 = e.1.max(at_us);
+            e.2 += 1;
+        }
     }
 
     /// Average packets/s over the last closed window (0 before the first).
     pub fn avg_pps(&self) -> u32 {
         self.avg.0
+    }
+
+    /// Packets/s of the arrivals so far over the time between the first and the last of
+    /// them (at least [`MIN_EARLY_SPAN_US`]); 0 before two packets. A first window arrives as
+    /// a burst at the bottleneck's pace; over the time to the first ACK it would read as a
+    /// fraction of that.
+    fn early_pps(&self) -> u32 {
+        match self.early {
+            Some((first, last, pkts)) if pkts >= 2 => {
+                let span = last.saturating_sub(first).max(MIN_EARLY_SPAN_US);
+                u32::try_from((pkts - 1) * 1_000_000 / span).unwrap_or(u32::MAX)
+            }
+            _ => 0,
+        }
     }
 
     /// The rates for a full ACK sent at `now_us`; closes the averaging window if it spans at
@@ -349,7 +379,19 @@ impl AckRateTracker {
             }
         }
         let measured = est.recv_rate().0;
-        let speed = if measured > 0 { measured } else { self.speed }.max(self.avg.0);
+        self.measured |= measured > 0;
+        let speed = if measured > 0 {
+            measured
+        } else if self.measured {
+            self.speed
+        } else {
+            // Too few arrivals to measure (a first window, read in a batch or two): their
+            // own pace. A libsrt file sender leaves slow start at its first loss report
+            // pacing at 1/8 of the first speed it read (plus 14 packets/s), and climbs from
+            // there by a fraction of a percent per 10 ms.
+            self.early_pps()
+        }
+        .max(self.avg.0);
         self.speed = speed;
         if speed >= self.peak.0 || now_us.saturating_sub(self.peak.1) > PEAK_HOLD_US {
             self.peak = (speed, now_us);
@@ -517,6 +559,41 @@ mod tests {
         assert!(r.speed_pps <= 10_000);
         assert_eq!(r2.speed_pps, 1_000);
         assert_eq!(r2.avg_bps, 1_000_000);
+    }
+
+    #[test]
+    fn a_first_window_reports_its_own_pace() {
+        // A sender's first 16 packets arrive 24 µs apart (500 Mbit/s) from t = 10 ms and are
+        // read in one batch: the estimator cannot measure them. The first ACK, at 20 ms,
+        // reports their pace, not 16 packets over the 10 ms to the ACK.
+        let est = RateEstimator::new();
+        let mut ack = AckRateTracker::default();
+        assert_eq!(ack.on_ack(5_000, 5_000, &est).speed_pps, 0);
+        for i in 0..16u64 {
+            ack.on_arrival(10_000 + i * 24, 1456);
+        }
+        let r = ack.on_ack(20_000, 5_000, &est);
+        assert_eq!(r.speed_pps, 15 * 1_000_000 / (15 * 24));
+        assert_eq!(ack.avg_pps(), 1_600);
+        // Arrivals stamped at once span the minimum, not nothing.
+        let mut one_read = AckRateTracker::default();
+        for _ in 0..16 {
+            one_read.on_arrival(10_000, 1456);
+        }
+        let speed = one_read.on_ack(20_000, 5_000, &est).speed_pps;
+        assert_eq!(speed, (15 * 1_000_000 / MIN_EARLY_SPAN_US) as u32);
+        // Once the estimator measures, its figure stands and the early pace is dropped.
+        let mut est = RateEstimator::new();
+        let t0 = Instant::now();
+        est.on_arrival(t0, 1456);
+        arrive(&mut est, t0, &[us(1000); 8], 1456);
+        for i in 0..9u64 {
+            ack.on_arrival(30_000 + i * 1000, 1456);
+        }
+        ack.on_ack(40_000, 5_000, &est);
+        // The peak of the last second still holds the early figure; a second on, it is gone.
+        let r = ack.on_ack(1_100_000, 5_000, &est);
+        assert_eq!(r.speed_pps, 1_000);
     }
 
     #[test]

@@ -13,7 +13,8 @@ use std::time::Duration;
 fn one_burst_gets_one_ack_and_one_nak_with_every_gap() {
     let s = seed(11);
     let _g = SeedGuard(s);
-    let mut p = Pair::new(s, path(5, 0.0, None), path(5, 0.0, None));
+    // 1 Gbit/s: without a bottleneck the whole transfer is delivered before it is sampled.
+    let mut p = Pair::new(s, path(5, 0.0, Some(1_000_000_000)), path(5, 0.0, None));
     let (ca, cb) = connect(&mut p, file_cfg());
     // Run a flow until the path holds a full window in flight, then take everything on
     // the wire at once: that is the burst one receive batch (a GRO batch) would hand over.
@@ -128,17 +129,17 @@ fn a_loss_in_the_first_window_is_reported_after_a_speed() {
         }
     }
     assert!(
-        window.len() >= 12,
+        window.len() >= 8,
         "only {} packets in the first window",
         window.len()
     );
 
-    // They arrive 24 µs apart (500 Mbit/s), one by one; the ninth is lost.
+    // They arrive 24 µs apart (500 Mbit/s), one by one; the fourth is lost.
     let a_addr = p.a_addr;
     let mut t = p.now;
     for (i, d) in window.iter().enumerate() {
         t += Duration::from_micros(24);
-        if i != 8 {
+        if i != 3 {
             p.b.handle(t, a_addr, d);
         }
     }

@@ -58,8 +58,7 @@ impl Connection {
                             // A loss report before any ACK with a receive speed: libsrt's file
                             // sender leaves slow start on it and paces at the speed it has read,
                             // still its initial 16 packets/s; from there it climbs about 10 % a
-                            // second. The ACK goes first (poll_transmit's order), with a speed
-                            // once the estimator has one (four arrival intervals).
+                            // second. The ACK goes first (poll_transmit's order).
                             self.pending.full_ack = true;
                         }
                         if self.next_nak_tick <= now_us {
