@@ -9,6 +9,21 @@ use slipstream_proto::sim::Pair;
 use slipstream_proto::wire::{ControlBody, Packet};
 use std::time::Duration;
 
+/// Every data packet on the way from `a` to `b`, taken off the link (what one receive batch
+/// would hand over if they all arrived at once).
+fn data_on_the_wire(p: &mut Pair) -> Vec<Vec<u8>> {
+    p.flush();
+    let mut buf = vec![0u8; 65_536];
+    let mut data = Vec::new();
+    let later = p.now + Duration::from_secs(1);
+    while let Some(n) = p.ab.poll_deliver(later, &mut buf) {
+        if matches!(Packet::parse(&buf[..n]), Ok(Packet::Data(..))) {
+            data.push(buf[..n].to_vec());
+        }
+    }
+    data
+}
+
 #[test]
 fn one_burst_gets_one_ack_and_one_nak_with_every_gap() {
     let s = seed(11);
@@ -29,14 +44,7 @@ fn one_burst_gets_one_ack_and_one_nak_with_every_gap() {
         while p.b.conn(cb).unwrap().recv(&mut buf).unwrap_or(0) > 0 {}
         false
     });
-    p.flush();
-    let mut burst: Vec<Vec<u8>> = Vec::new();
-    let later = p.now + Duration::from_secs(1);
-    while let Some(n) = p.ab.poll_deliver(later, &mut buf) {
-        if matches!(Packet::parse(&buf[..n]), Ok(Packet::Data(..))) {
-            burst.push(buf[..n].to_vec());
-        }
-    }
+    let burst = data_on_the_wire(&mut p);
     assert!(burst.len() >= 90, "only {} packets in flight", burst.len());
 
     // Lose three separate stretches, deliver the rest as one receive batch.
@@ -120,14 +128,7 @@ fn a_loss_in_the_first_window_is_reported_after_a_speed() {
         off += p.a.conn(ca).unwrap().send(p.now, &data[off..]).unwrap_or(0);
         false
     });
-    p.flush();
-    let mut window: Vec<Vec<u8>> = Vec::new();
-    let later = p.now + Duration::from_secs(1);
-    while let Some(n) = p.ab.poll_deliver(later, &mut buf) {
-        if matches!(Packet::parse(&buf[..n]), Ok(Packet::Data(..))) {
-            window.push(buf[..n].to_vec());
-        }
-    }
+    let window = data_on_the_wire(&mut p);
     assert!(
         window.len() >= 8,
         "only {} packets in the first window",
