@@ -20,7 +20,8 @@ use std::time::Duration;
 pub const TRAILER_MAGIC: &[u8; 8] = b"SLPSTRM1";
 /// Length of the digest trailer: magic, length, BLAKE3.
 pub const TRAILER_LEN: usize = 48;
-/// Read and write granularity.
+/// Read and write granularity: small enough that a piece read (or received) is still in
+/// cache when it is hashed and written (or queued).
 const CHUNK: usize = 1 << 20;
 /// A sender gives up when nothing more is acknowledged for this long.
 const ACK_IDLE: Duration = Duration::from_secs(60);

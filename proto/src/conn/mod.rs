@@ -46,10 +46,10 @@ use std::time::{Duration, Instant};
 pub const SYN_INTERVAL_US: u64 = 10_000;
 /// Light ACK after this many packets.
 pub(super) const LIGHT_ACK_PKTS: u32 = 64;
-/// Keep-alive after this much silence from our side.
 /// The RTT assumed until the first sample (SRT's default too, so a peer that has no sample
 /// yet reports exactly this in its ACKs).
 pub(crate) const INITIAL_RTT_US: u64 = 100_000;
+/// Keep-alive after this much silence from our side.
 const KEEPALIVE_US: u64 = 1_000_000;
 /// Handshake retransmission interval.
 pub(super) const HS_RETRY_US: u64 = 250_000;
