@@ -157,6 +157,38 @@ fn buffers_grow_to_the_bandwidth_delay_product() {
     assert!(gbit > 0.5, "only {gbit:.2} Gbit/s");
 }
 
+/// The receive buffer holds what waits behind holes, and no more: at 1 % loss on a 1 Gbit/s,
+/// 50 ms path (a BDP of about 4,300 packets) a hole stays open a round trip or more, so the
+/// sender's window spans several BDP past the ACK point and the buffer must grow past twice
+/// the BDP; but not to its 256 MiB cap (184,000 packets), where it once went.
+#[test]
+fn the_receive_buffer_grows_for_holes_but_stays_bounded() {
+    let s = seed(12);
+    let _g = SeedGuard(s);
+    let mut link = path(25, 0.01, Some(1_000_000_000));
+    link.queue_bytes = 6_250_000;
+    let mut p = Pair::new(s, link, path(25, 0.01, None));
+    let (ca, cb) = connect(&mut p, file_cfg());
+    let data = content(200_000_000, s);
+    let t0 = p.now;
+    let got = stream(&mut p, ca, cb, &data, Duration::from_secs(30));
+    let secs = (p.now - t0).as_secs_f64();
+    assert!(got == data, "content differs");
+    let sb = p.b.conn(cb).unwrap().stats(p.now);
+    let gbit = 1.6 / secs;
+    eprintln!(
+        "200 MB in {secs:.2} s = {gbit:.2} Gbit/s; receive buffer {} packets",
+        sb.rcv_buf_cap_pkts
+    );
+    // Twice the BDP alone makes 16,384 packets (8,192 doubled once).
+    assert!(
+        (16_385..=65_536).contains(&sb.rcv_buf_cap_pkts),
+        "receive buffer of {} packets",
+        sb.rcv_buf_cap_pkts
+    );
+    assert!(gbit > 0.8, "only {gbit:.2} Gbit/s");
+}
+
 /// A burst of scattered losses (every other packet for 400 ms at 400 Mbit/s: well over a
 /// thousand holes, more than one NAK packet can name) is repaired within a few round trips:
 /// the receiver reports its whole loss list, not just the oldest ranges that fit one packet.

@@ -166,15 +166,23 @@ impl Connection {
         self.maybe_grow_rbuf();
     }
 
-    /// Grows the receive buffer to twice the measured bandwidth-delay product (up to the cap),
-    /// unless the application is what holds data back.
+    /// Grows the receive buffer to twice the measured bandwidth-delay product, or while the
+    /// packets held behind holes fill half of it (up to the cap), unless the application is
+    /// what holds data back.
     fn maybe_grow_rbuf(&mut self) {
-        // The arrival speed or the ACK-interval average, whichever is higher (see
-        // `AckRateTracker`): memory is cheaper than a window that caps a long lossy path.
-        let pps = self.rate.recv_rate().0.max(self.ack_rates.avg_pps());
+        // The ACK-interval average (see `AckRateTracker`), not the arrival speed: a backlog
+        // read in one batch measures many times the path's rate, and sized from that the
+        // buffer grew to its 256 MiB cap at 1 Gbit/s, 50 ms, each doubling a pause of the
+        // receiver (the last, copying 190 MB into fresh memory, 96 ms).
+        let pps = self.ack_rates.avg_pps();
         let bdp = u64::from(pps) * (self.srtt_us + SYN_INTERVAL_US) / 1_000_000;
+        let cap = self.rbuf.cap();
         let unread = self.rcv_ack.diff(self.rbuf.read_seq()).max(0) as usize;
-        if (self.rbuf.cap() as u64) < 2 * bdp + 64 && unread < self.rbuf.cap() / 2 {
+        // The window the sender sees starts at the ACK point: under loss, the packets after
+        // a hole span a round trip or more of the path, and when the retransmission is lost
+        // too, three or more. Once they fill half the buffer, it is what bounds the sender.
+        let behind_holes = self.rcv_max.diff(self.rcv_ack).max(0) as usize;
+        if ((cap as u64) < 2 * bdp + 64 || behind_holes > cap / 2) && unread < cap / 2 {
             self.rbuf.grow();
         }
     }
