@@ -5,9 +5,12 @@
 mod common;
 use common::*;
 use rand::{Rng, SeedableRng};
-use slipstream_proto::seq::SeqNo;
+use slipstream_proto::seq::{MsgNo, SeqNo};
 use slipstream_proto::sim::{GilbertElliott, LinkConfig, Pair};
-use slipstream_proto::wire::{Control, ControlBody, Handshake, HsExtensions, HsType};
+use slipstream_proto::wire::{
+    Control, ControlBody, DataHeader, EncryptionKey, Handshake, HsExtensions, HsType,
+    PacketPosition,
+};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -158,4 +161,61 @@ fn loss_lists_stay_small_with_100k_packets_in_flight() {
         u64::from(max_ranges) * 5 < max_lost,
         "ranges grow like packets: {max_ranges} for {max_lost}"
     );
+}
+
+/// During a transfer, a peer that sends one packet every 5 ms far ahead of the data (past
+/// half the receive window, a hole of thousands of packets before it) does not grow the
+/// receiver's buffer: the buffer grows for packets it holds, not for the span they cover.
+#[test]
+fn a_packet_far_ahead_does_not_grow_the_receive_buffer() {
+    let s = seed(21);
+    let _g = SeedGuard(s);
+    // 20 ms round trip at 1 Gbit/s: the BDP (about 1,700 packets) is too small for the
+    // buffer to grow by itself, large enough that growth for holes would be allowed.
+    let mut link = path(10, 0.0, Some(1_000_000_000));
+    link.queue_bytes = 1 << 20;
+    let mut p = Pair::new(s, link, path(10, 0.0, None));
+    let isn = SeqNo::new(1_000);
+    let mut cfg = file_cfg();
+    cfg.set_initial_seq(Some(isn));
+    let (ca, cb) = connect(&mut p, cfg);
+    let cap0 = p.b.conn(cb).unwrap().stats(p.now).rcv_buf_cap_pkts;
+    let a_addr = p.a_addr;
+    let data = content(100_000_000, s);
+    let (mut next, mut tick) = (p.now, 0u32);
+    let mut d = vec![0u8; 1472];
+    stream_with(&mut p, ca, cb, &data, Duration::from_secs(30), |p| {
+        if p.now < next {
+            return;
+        }
+        next = p.now + Duration::from_millis(5);
+        tick += 1;
+        let (Some(a), Some(b)) = (p.a.conn(ca), p.b.conn(cb)) else {
+            return;
+        };
+        // The receiver's ACK point lags what the sender has sent by at most the packets in
+        // flight (under 2,500 here), so this lands between 5/8 and 7/8 of the window.
+        let sent = a.stats(p.now).pkts_sent_unique as u32;
+        let cap = b.stats(p.now).rcv_buf_cap_pkts;
+        let h = DataHeader {
+            seq: isn.add(sent + cap * 5 / 8 + tick % 8),
+            position: PacketPosition::Solo,
+            in_order: false,
+            key: EncryptionKey::None,
+            retransmitted: false,
+            msg_no: MsgNo::new(tick),
+            timestamp: tick * 5_000,
+            dst_socket: cb.0,
+        };
+        let hdr: &mut [u8; 16] = (&mut d[..16]).try_into().unwrap();
+        h.emit(hdr);
+        p.inject_b(a_addr, &d);
+    });
+    let st = p.b.conn(cb).unwrap().stats(p.now);
+    eprintln!(
+        "{tick} packets injected; receive buffer {} packets",
+        st.rcv_buf_cap_pkts
+    );
+    assert!(tick > 100, "only {tick} packets injected");
+    assert_eq!(st.rcv_buf_cap_pkts, cap0, "{st:?}");
 }
