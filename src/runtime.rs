@@ -28,14 +28,18 @@ const MIN_SLOT: usize = 2048;
 /// Deadlines closer than this are slept for this long instead: a wake-up per paced packet
 /// (12 µs apart at 1 Gbit/s) would cost a core in system calls. The engine's pacing releases
 /// what fell due meanwhile as one burst (its quantum and credit), so the rate holds; incoming
-/// datagrams still end the sleep at once.
+/// datagrams end the sleep at once, except while a stream arrives (see [`STEADY_WINDOW`]).
 const NAP: Duration = Duration::from_micros(50);
 /// Receive coalescing. While a stream of at least [`STEADY_DATAGRAMS`] datagrams per
 /// [`STEADY_WINDOW`] arrives (about 370 Mbit/s of full-size datagrams), the I/O thread sleeps
 /// [`COALESCE`] (at most until its own next deadline) before it reads again, instead of
 /// waking for every few datagrams: through slipstream's emulator at 1 Gbit/s those came a few
 /// at a time every 100 µs or so, and a receiver woke over 10,000 times a second, a context
-/// switch each. A request and its reply, a datagram a round trip, never count as a stream.
+/// switch each. A window closes with the first batch at least this long after it opened, so
+/// it spans 1-2 ms, and the decision holds until the next one closes; a millisecond without
+/// datagrams ends it. A request and its reply, a datagram a round trip, count as a stream
+/// only with round trips under about 30 µs. The nap is a plain sleep: application threads
+/// that wake the I/O thread meanwhile (a write, a close) wait for its end, up to 250 µs.
 const STEADY_WINDOW: Duration = Duration::from_millis(1);
 /// See [`STEADY_WINDOW`].
 const STEADY_DATAGRAMS: usize = 32;
@@ -457,15 +461,24 @@ mod tests {
         c.on_batch(now, 8);
         assert_eq!(c.nap(now, us(5_000)), COALESCE);
         assert_eq!(c.nap(now, us(60)), us(60));
-        // Empty reads change nothing; a pause of a window ends the naps.
-        c.on_batch(now + us(500), 0);
-        assert_eq!(c.nap(now + us(500), us(5_000)), COALESCE);
-        assert_eq!(c.nap(now + us(1_000), us(5_000)), Duration::ZERO);
-        // A slow stream (20 a millisecond) after it: once its first window closes, no naps.
-        let t2 = now + us(2_000);
-        for k in 0..=20 {
-            c.on_batch(t2 + us(50 * k), 1);
+        // Empty reads change nothing.
+        c.on_batch(now + us(20), 0);
+        assert_eq!(c.nap(now + us(20), us(5_000)), COALESCE);
+        // The stream slows to 20 a millisecond without a pause: naps until the first window
+        // of the slow stream closes, none after.
+        for k in 1..=21u64 {
+            let t = now + us(50 * k);
+            c.on_batch(t, 1);
+            let want = if k < 21 { COALESCE } else { Duration::ZERO };
+            assert_eq!(c.nap(t, us(5_000)), want, "after {k} slow datagrams");
         }
-        assert_eq!(c.nap(t2 + us(1_001), us(5_000)), Duration::ZERO);
+        // Fast again for a window, then a pause of a window: no nap, at once.
+        let t3 = now + us(1_100);
+        for k in 0..=10 {
+            c.on_batch(t3 + us(100 * k), 8);
+        }
+        let last = t3 + us(1_000);
+        assert_eq!(c.nap(last, us(5_000)), COALESCE);
+        assert_eq!(c.nap(last + us(1_000), us(5_000)), Duration::ZERO);
     }
 }
