@@ -307,9 +307,11 @@ pub struct AckRates {
 ///   batch cannot be timed, and libsrt bounds its rate increases by this value, so an
 ///   estimate below what the link has shown would cap the sender.
 /// - *average*: what arrived over the last ACK interval (at least half a SYN interval), which
-///   libsrt only displays. slipstream's sender takes its bandwidth samples from it: a count
-///   over 10 ms is immune to how arrivals bunch. An interval runs from one ACK to the next,
-///   but starts earlier if a packet it counts arrived earlier (by the kernel's receive
+///   libsrt only displays. slipstream's sender takes its bandwidth samples from it, and its
+///   receiver sizes its buffer by it: a count over 10 ms is immune to how the receiver reads
+///   its arrivals (not to a path that pauses across an ACK and then delivers what fell due,
+///   which the sender's median of three reports filters). An interval runs from one ACK to
+///   the next, but starts earlier if a packet it counts arrived earlier (by the kernel's receive
 ///   timestamp, where the runtime has them): a receiver thread that waited a few
 ///   milliseconds to run reads packets that arrived before the last ACK, and counted over
 ///   the ACK interval alone, that backlog read as up to twice the path's rate.

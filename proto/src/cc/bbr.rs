@@ -24,8 +24,8 @@
 //!   overflows (1 Gbit/s, 50 ms: a 10 % overestimate fills a one-BDP queue in half a
 //!   second). The 1.25 probe too where it lasts four reports or more (RTT 40 ms and up):
 //!   more bandwidth, when it finds some, shows in the reports that follow; a shorter probe
-//!   takes them as they come. Startup, whose rate grows every round, takes reports as they come: waiting
-//!   for a second report cost a tenth of each 50 ms round. Every report is capped at 1.1 times the
+//!   takes them as they come. So does Startup, whose rate grows every round: waiting for a
+//!   second report cost a tenth of each 50 ms round. Every report is capped at 1.1 times the
 //!   highest rate we sent over a SYN interval (a sixteenth of a round on long paths) in the
 //!   last two rounds: nothing arrives faster than it was sent.
 //!   `btl_bw` is the maximum sample over the last
@@ -818,7 +818,8 @@ impl CongestionControl for Bbr {
             // delivered what fell due meanwhile, the pause in one ACK interval and the
             // catch-up in the next (through the emulator at 1 Gbit/s, 50 ms: reports 15-24 %
             // over the link, each right after a low one, and the filter kept them for ten
-            // slots). A probe that finds more bandwidth shows in the reports that follow.
+            // slots). A probe that finds more bandwidth shows in the reports that follow;
+            // but a probe shorter than [`PROBE_MEDIAN_SYNS`] has too few for a median.
             let probing = self.state == BbrState::ProbeBw && self.pacing_gain() > 1.0;
             let sample = if self.state == BbrState::Startup
                 || (probing && self.phase_len_us(ctx) < PROBE_MEDIAN_SYNS * syn_us(ctx))
@@ -1226,7 +1227,7 @@ mod tests {
     }
 
     #[test]
-    fn a_probe_of_two_reports_takes_them_as_they_come() {
+    fn a_short_probe_takes_its_reports_as_they_come() {
         // 10 ms round trips: the probe lasts two SYN intervals, too few reports for a median.
         let c0 = CcContext {
             now_us: 0,
