@@ -166,9 +166,9 @@ impl Connection {
         self.maybe_grow_rbuf();
     }
 
-    /// Grows the receive buffer to twice the measured bandwidth-delay product, or, up to
-    /// eight times it, while the packets held behind holes fill half of it (never past the
-    /// memory cap), unless the application is what holds data back.
+    /// Grows the receive buffer to twice the measured bandwidth-delay product, or while the
+    /// packets held behind holes fill half of it (up to the memory cap), unless the
+    /// application is what holds data back.
     fn maybe_grow_rbuf(&mut self) {
         // The ACK-interval average (see `AckRateTracker`), not the arrival speed: a backlog
         // read in one batch measures many times the path's rate, and sized from that the
@@ -180,12 +180,10 @@ impl Connection {
         let unread = self.rcv_ack.diff(self.rbuf.read_seq()).max(0) as usize;
         // The window the sender sees starts at the ACK point: under loss, the packets after
         // a hole span a round trip or more of the path, and when the retransmission is lost
-        // too, three or more. Once they fill half the buffer, it is what bounds the sender;
-        // then it may grow to eight BDP. Counted, not spanned: one packet far ahead of a
-        // hole must not double the buffer.
+        // too, three or more. Once they fill half the buffer, it is what bounds the sender.
+        // Counted, not spanned: one packet far ahead of a hole must not double the buffer.
         let behind_holes = self.rbuf.count().saturating_sub(unread);
-        let for_holes = behind_holes > cap / 2 && (cap as u64) < 8 * bdp + 64;
-        if ((cap as u64) < 2 * bdp + 64 || for_holes) && unread < cap / 2 {
+        if ((cap as u64) < 2 * bdp + 64 || behind_holes > cap / 2) && unread < cap / 2 {
             self.rbuf.grow();
         }
     }
