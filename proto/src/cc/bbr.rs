@@ -936,6 +936,15 @@ mod tests {
         cc.on_ack(&c, ctl, seq, n);
     }
 
+    /// An ACK 10 ms after the last, for `sent` more packets, with a receive rate of `rate`.
+    fn report(cc: &mut Bbr, ctl: &mut CcControl, c: &mut CcContext, sent: u32, rate: u32) {
+        c.now_us += 10_000;
+        c.pkts_sent += u64::from(sent);
+        c.last_sent_seq = c.last_sent_seq.add(sent);
+        c.recv_rate_pps = rate;
+        ack(cc, *c, ctl, c.last_sent_seq.next(), sent);
+    }
+
     #[test]
     fn slow_start_before_any_sample() {
         let (mut cc, mut ctl) = started(&ctx(0));
@@ -1143,15 +1152,8 @@ mod tests {
     fn startup_takes_a_step_up_at_once() {
         let (mut cc, mut ctl) = started(&ctx(0));
         let mut c = ctx(0);
-        let mut step = |cc: &mut Bbr, c: &mut CcContext, sent: u32, rate: u32| {
-            c.now_us += 10_000;
-            c.pkts_sent += u64::from(sent);
-            c.last_sent_seq = c.last_sent_seq.add(sent);
-            c.recv_rate_pps = rate;
-            ack(cc, *c, &mut ctl, c.last_sent_seq.next(), sent);
-        };
         for _ in 0..6 {
-            step(&mut cc, &mut c, 100, 10_000);
+            report(&mut cc, &mut ctl, &mut c, 100, 10_000);
         }
         assert_eq!(cc.btl_bw_pps(), 10_000.0);
         // Startup sends at 2.89 times that for 30 ms; then the first report of it comes.
@@ -1159,9 +1161,9 @@ mod tests {
         // reports may hold it back: Startup's growth is real, and each report it waits
         // costs a tenth of a round every round.
         for _ in 0..3 {
-            step(&mut cc, &mut c, 290, 10_000);
+            report(&mut cc, &mut ctl, &mut c, 290, 10_000);
         }
-        step(&mut cc, &mut c, 290, 29_000);
+        report(&mut cc, &mut ctl, &mut c, 290, 29_000);
         assert_eq!(cc.state(), BbrState::Startup);
         assert_eq!(cc.btl_bw_pps(), 29_000.0);
     }
@@ -1170,27 +1172,21 @@ mod tests {
     fn a_single_high_report_does_not_enter_the_estimate() {
         let (mut cc, mut ctl, mut c) = in_probe_bw(10_000);
         let bw = cc.btl_bw_pps();
-        let mut report = |cc: &mut Bbr, rate: u32| {
-            c.now_us += 10_000;
-            c.recv_rate_pps = rate;
-            c.pkts_sent += 100;
-            c.last_sent_seq = c.last_sent_seq.add(100);
-            ack(cc, c, &mut ctl, c.last_sent_seq.next(), 100);
-        };
+        let mut tick = |cc: &mut Bbr, rate: u32| report(cc, &mut ctl, &mut c, 100, rate);
         // Into a phase that sends at the estimate, with two more such phases after it.
         while !(2..=5).contains(&cc.cycle_idx) {
-            report(&mut cc, 10_000);
+            tick(&mut cc, 10_000);
         }
         // A receiver that stalled and then read its backlog at once: one report 9 % high,
         // under the send-rate cap, between ordinary ones.
         for rate in [10_000, 10_900, 10_000, 10_000] {
-            report(&mut cc, rate);
+            tick(&mut cc, rate);
         }
         assert_eq!(cc.btl_bw_pps(), bw);
         assert_eq!(cc.pacing_gain(), 1.0);
         // A higher rate that lasts is the path's: it is taken.
         for rate in [10_900, 10_900, 10_900] {
-            report(&mut cc, rate);
+            tick(&mut cc, rate);
         }
         assert_eq!(cc.btl_bw_pps(), 10_900.0);
     }
@@ -1199,27 +1195,21 @@ mod tests {
     fn a_single_high_report_in_the_probe_does_not_enter_the_estimate() {
         let (mut cc, mut ctl, mut c) = in_probe_bw(10_000);
         let bw = cc.btl_bw_pps();
-        let mut report = |cc: &mut Bbr, rate: u32| {
-            c.now_us += 10_000;
-            c.recv_rate_pps = rate;
-            c.pkts_sent += 125;
-            c.last_sent_seq = c.last_sent_seq.add(125);
-            ack(cc, c, &mut ctl, c.last_sent_seq.next(), 125);
-        };
+        let mut tick = |cc: &mut Bbr, rate: u32| report(cc, &mut ctl, &mut c, 125, rate);
         for probe in 0..2 {
             while cc.pacing_gain() <= 1.0 {
-                report(&mut cc, 10_000);
+                tick(&mut cc, 10_000);
             }
             if probe == 0 {
                 // A low report and a catch-up 20 % high: a pause on the path across an ACK.
                 for rate in [8_000, 12_000, 10_000] {
-                    report(&mut cc, rate);
+                    tick(&mut cc, rate);
                 }
                 assert_eq!(cc.btl_bw_pps(), bw);
             } else {
                 // A probe the path carried: the higher rate lasts, and it is taken.
                 for rate in [11_000, 11_000, 11_000] {
-                    report(&mut cc, rate);
+                    tick(&mut cc, rate);
                 }
                 assert_eq!(cc.btl_bw_pps(), 11_000.0);
             }
@@ -1235,17 +1225,11 @@ mod tests {
         };
         let (mut cc, mut ctl) = started(&c0);
         let mut c = run(&mut cc, &mut ctl, c0, 10_000, 1_000);
-        let mut report = |cc: &mut Bbr, rate: u32| {
-            c.now_us += 10_000;
-            c.recv_rate_pps = rate;
-            c.pkts_sent += 125;
-            c.last_sent_seq = c.last_sent_seq.add(125);
-            ack(cc, c, &mut ctl, c.last_sent_seq.next(), 125);
-        };
+        let mut tick = |cc: &mut Bbr, rate: u32| report(cc, &mut ctl, &mut c, 125, rate);
         while cc.pacing_gain() <= 1.0 {
-            report(&mut cc, 10_000);
+            tick(&mut cc, 10_000);
         }
-        report(&mut cc, 11_000);
+        tick(&mut cc, 11_000);
         assert_eq!(cc.btl_bw_pps(), 11_000.0);
     }
 
