@@ -157,6 +157,51 @@ fn buffers_grow_to_the_bandwidth_delay_product() {
     assert!(gbit > 0.5, "only {gbit:.2} Gbit/s");
 }
 
+/// At 10 ms and 5 % loss each way the ACK point waits behind a hole most of the time (a
+/// round trip carries about 800 packets; a retransmission lost again holds it for a NAK
+/// interval more). The sender's rate samples come with full ACKs, so the receiver still
+/// sends one every SYN interval while new data arrive: without them the sender's controller
+/// went up to 100 ms without a sample, each probe or drain phase lasting that long, and its
+/// estimate could settle far under the link.
+#[test]
+fn full_acks_keep_coming_while_the_ack_point_waits_behind_holes() {
+    let s = seed(41);
+    let _g = SeedGuard(s);
+    let mut link = path(5, 0.05, Some(1_000_000_000));
+    link.queue_bytes = 1_250_000;
+    let mut p = Pair::new(s, link, path(5, 0.05, None));
+    let (ca, cb) = connect(&mut p, file_cfg());
+    let data = content(100_000_000, s);
+    let t0 = p.now;
+    let acks0 = p.b.conn(cb).unwrap().stats(p.now).acks_sent;
+    let (mut last, mut last_at, mut max_gap, mut long_gaps) = (acks0, t0, Duration::ZERO, 0);
+    let got = stream_with(&mut p, ca, cb, &data, Duration::from_secs(30), |p| {
+        let Some(c) = p.b.conn(cb) else { return };
+        let st = c.stats(p.now);
+        // Until the last new data: then only retransmissions come, and ACKs wait for them.
+        if st.bytes_recv_unique > 95_000_000 {
+            return;
+        }
+        let n = st.acks_sent;
+        if n != last {
+            max_gap = max_gap.max(p.now - last_at);
+            long_gaps += usize::from(p.now - last_at > Duration::from_millis(15));
+            (last, last_at) = (n, p.now);
+        }
+    });
+    let secs = (p.now - t0).as_secs_f64();
+    assert!(got == data, "content differs");
+    eprintln!(
+        "100 MB in {secs:.2} s = {:.2} Gbit/s; {} full ACKs, longest gap {max_gap:?}, {long_gaps} over 15 ms",
+        0.8 / secs,
+        last - acks0
+    );
+    assert!(
+        max_gap < Duration::from_millis(25),
+        "{max_gap:?} without a full ACK"
+    );
+}
+
 /// The receive buffer holds what waits behind holes, and no more: at 1 % loss on a 1 Gbit/s,
 /// 50 ms path (a BDP of about 4,300 packets) a hole stays open a round trip or more, so the
 /// sender's window spans several BDP past the ACK point and the buffer must grow past twice

@@ -178,6 +178,8 @@ pub struct Connection {
     last_full_ack_us: u64,
     /// `stats.pkts_recv` when the last full ACK was sent.
     pkts_recv_at_full_ack: u64,
+    /// `stats.pkts_recv_unique` when the last full ACK was sent.
+    unique_at_full_ack: u64,
     /// A full ACK with a nonzero receive speed has been sent.
     speed_reported: bool,
     ack_no: u32,
@@ -299,6 +301,7 @@ impl Connection {
             last_acked_seq: isn,
             last_full_ack_us: 0,
             pkts_recv_at_full_ack: 0,
+            unique_at_full_ack: 0,
             speed_reported: false,
             ack_no: 0,
             ack_hist: [(0, 0, isn); 64],

@@ -143,11 +143,16 @@ impl Connection {
     pub(super) fn on_ack_tick(&mut self, now_us: u64) {
         self.next_ack_tick = now_us + SYN_INTERVAL_US;
         let free = self.rbuf.free_after(self.rcv_ack) as u32;
-        // A full ACK when the ACK point moved, or, as libsrt does, again every SYN interval
-        // while the sender has not confirmed it (ACKACK) and data keeps arriving: under loss
-        // the ACK point waits behind holes for round trips, and the sender's rate samples
-        // (and a libsrt sender's speed estimate) come with full ACKs only.
+        // A full ACK when the ACK point moved, or again every SYN interval while new data
+        // arrive (libsrt repeats it only until the sender confirms it with an ACKACK, and
+        // while any data arrive): under loss the ACK point waits behind holes for round
+        // trips, and the sender's rate samples (and a libsrt sender's speed estimate) come
+        // with full ACKs only. At 10 ms and 5 % loss, stopping at the ACKACK left the sender
+        // up to 100-300 ms without a sample; its controller held a probe or a drain phase
+        // that long, and its estimate settled as low as 60 % of the link. New data, not just
+        // any: retransmissions of what already arrived must not keep a stuck ACK going.
         if self.rcv_ack != self.last_acked_seq
+            || self.stats.pkts_recv_unique > self.unique_at_full_ack
             || (self.rcv_ack != self.last_ackacked_seq
                 && self.stats.pkts_recv > self.pkts_recv_at_full_ack)
         {
@@ -206,6 +211,7 @@ impl Connection {
         self.last_acked_seq = self.rcv_ack;
         self.last_full_ack_us = now_us;
         self.pkts_recv_at_full_ack = self.stats.pkts_recv;
+        self.unique_at_full_ack = self.stats.pkts_recv_unique;
         self.speed_reported |= rates.speed_pps > 0;
         self.pkts_since_ack = 0;
         self.stats.acks_sent += 1;
