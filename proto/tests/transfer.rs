@@ -202,6 +202,47 @@ fn full_acks_keep_coming_while_the_ack_point_waits_behind_holes() {
     );
 }
 
+/// The last packets of a transfer lost, with nothing after them to reveal the hole: a
+/// tail-loss probe repairs them within a few round trips, where the RTO took 300 ms at least.
+#[test]
+fn a_lost_tail_is_repaired_within_a_few_round_trips() {
+    let s = seed(43);
+    let _g = SeedGuard(s);
+    let clean = path(5, 0.0, Some(100_000_000));
+    let mut p = Pair::new(s, clean.clone(), clean.clone());
+    let (ca, cb) = connect(&mut p, file_cfg());
+    let data = content(2_000_000, s);
+    let payload = p.a.conn(ca).unwrap().payload_size();
+    let total = data.len().div_ceil(payload) as u64;
+    let (mut cut, mut probes) = (None, 0);
+    stream_with(&mut p, ca, cb, &data, Duration::from_secs(10), |p| {
+        let Some(st) = p.a.conn(ca).map(|c| c.stats(p.now)) else {
+            return;
+        };
+        probes = st.tail_probes;
+        match cut {
+            // The last three packets (and anything else sent in the next 5 ms) are lost.
+            None if st.pkts_sent_unique + 3 >= total => {
+                let mut lossy = clean.clone();
+                lossy.loss = 1.0;
+                p.ab.set_config(lossy);
+                cut = Some(p.now);
+            }
+            Some(t) if p.now >= t + Duration::from_millis(5) && p.ab.config().loss > 0.0 => {
+                p.ab.set_config(clean.clone());
+            }
+            _ => {}
+        }
+    });
+    let tail = p.now - cut.expect("the tail was cut");
+    eprintln!("tail repaired and the connection closed {tail:?} after the cut; {probes} probe(s)");
+    assert!(probes >= 1, "no tail-loss probe");
+    assert!(
+        tail < Duration::from_millis(150),
+        "{tail:?} to repair the tail"
+    );
+}
+
 /// The receive buffer holds what waits behind holes, and no more: at 1 % loss on a 1 Gbit/s,
 /// 50 ms path (a BDP of about 4,300 packets) a hole stays open a round trip or more, so the
 /// sender's window spans several BDP past the ACK point and the buffer must grow past twice

@@ -204,6 +204,10 @@ pub struct Connection {
     last_send_us: u64,
     exp_count: u32,
     rto_base_us: u64,
+    /// A tail-loss probe went out since the acknowledgements last made progress.
+    tail_probed: bool,
+    /// When the last data packet went out.
+    last_data_us: u64,
     last_timer_us: u64,
     linger_deadline: Option<u64>,
     peer_shutdown: bool,
@@ -322,6 +326,8 @@ impl Connection {
             last_send_us: 0,
             exp_count: 1,
             rto_base_us: 0,
+            tail_probed: false,
+            last_data_us: 0,
             last_timer_us: 0,
             linger_deadline: None,
             peer_shutdown: false,
@@ -453,6 +459,9 @@ impl Connection {
                 if let Some(d) = self.rto_deadline_us() {
                     t = t.min(d);
                 }
+                if let Some(d) = self.tail_probe_deadline_us() {
+                    t = t.min(d);
+                }
                 t = t.min(self.last_send_us + KEEPALIVE_US);
                 if !self.rcv_loss.is_empty() {
                     t = t.min(self.next_nak_tick);
@@ -495,6 +504,9 @@ impl Connection {
                 }
                 if self.rto_deadline_us().is_some_and(|d| now_us >= d) {
                     self.on_rto(now_us);
+                }
+                if self.tail_probe_deadline_us().is_some_and(|d| now_us >= d) {
+                    self.on_tail_probe();
                 }
                 if now_us >= self.last_send_us + KEEPALIVE_US {
                     self.pending.keepalive = true;
@@ -580,9 +592,14 @@ impl Connection {
     /// Writes the next datagram to send into `buf` (at least the MSS long). Returns its length.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
         let now_us = self.us(now);
-        let n = self
-            .poll_control(now_us, buf)
-            .or_else(|| self.poll_data(now_us, buf))?;
+        let n = match self.poll_control(now_us, buf) {
+            Some(n) => n,
+            None => {
+                let n = self.poll_data(now_us, buf)?;
+                self.last_data_us = now_us;
+                n
+            }
+        };
         self.last_send_us = now_us;
         Some(n)
     }
@@ -813,6 +830,31 @@ impl Connection {
     fn rto_deadline_us(&self) -> Option<u64> {
         (self.sbuf.in_flight() > 0 && self.cfg.mode != Mode::Live)
             .then(|| self.rto_base_us + self.rto_us())
+    }
+
+    /// When the last packet is sent again, once, if nothing was acknowledged for two round
+    /// trips and a SYN interval (the receiver's ACK period) after the last packet sent, with
+    /// nothing else to send (a tail-loss probe, as TCP's). A lost tail leaves the receiver no
+    /// later packet to find the hole by, so only the RTO repaired it, 300 ms at least: a
+    /// third of a second at the end of a 10 ms transfer, and twice that when the
+    /// retransmission was lost too. The probe, or the hole it reveals, is repaired in a round
+    /// trip. Only with a measured RTT, and not in live mode (whose losses are too late to
+    /// repair by then).
+    fn tail_probe_deadline_us(&self) -> Option<u64> {
+        (!self.tail_probed
+            && self.rtt_sampled
+            && self.cfg.mode != Mode::Live
+            && self.sbuf.in_flight() > 0
+            && self.sbuf.unsent() == 0
+            && self.snd_loss.is_empty())
+        .then(|| self.rto_base_us.max(self.last_data_us) + 2 * self.srtt_us + SYN_INTERVAL_US)
+    }
+
+    fn on_tail_probe(&mut self) {
+        let last = self.sbuf.next_unsent().sub(1);
+        self.snd_loss.insert(last, last);
+        self.tail_probed = true;
+        self.stats.tail_probes += 1;
     }
 
     /// When the peer is declared dead: the idle timeout after the last packet of any kind.

@@ -192,6 +192,7 @@ impl Connection {
         if pkts > 0 {
             self.rto_base_us = now_us;
             self.exp_count = 1;
+            self.tail_probed = false;
             if let Some(d) = self.linger_deadline.as_mut() {
                 // Linger measures silence, not the length of the transfer: progress extends it.
                 *d = now_us + self.cfg.linger.as_micros() as u64;

@@ -55,6 +55,9 @@ pub struct ConnStats {
     pub ackacks_sent: u64,
     /// Retransmission timeouts (EXP timer expirations with data outstanding).
     pub timeouts: u64,
+    /// Tail-loss probes: the last packet sent again when nothing else was left to send and
+    /// no acknowledgement came for two round trips.
+    pub tail_probes: u64,
     /// Control packets received that were malformed or unexpected.
     pub ctrl_ignored: u64,
     /// Smoothed round-trip time, milliseconds.
