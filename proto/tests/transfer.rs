@@ -200,6 +200,7 @@ fn full_acks_keep_coming_while_the_ack_point_waits_behind_holes() {
         max_gap < Duration::from_millis(25),
         "{max_gap:?} without a full ACK"
     );
+    assert!(long_gaps <= 3, "{long_gaps} gaps over 15 ms");
 }
 
 /// The last packets of a transfer lost, with nothing after them to reveal the hole: a
