@@ -40,17 +40,6 @@ impl Outcome {
     }
 }
 
-/// Forward path: the bottleneck, `loss`, a drop-tail queue of `queue_bytes`.
-fn bottleneck(delay_ms: u64, loss: f64, queue_bytes: usize) -> LinkConfig {
-    LinkConfig {
-        delay: Duration::from_millis(delay_ms),
-        loss,
-        rate_bps: Some(RATE_BPS),
-        queue_bytes,
-        ..LinkConfig::default()
-    }
-}
-
 fn cfg(cc: &str) -> slipstream_proto::conn::ConnConfig {
     let mut c = file_cfg();
     c.set_cc(cc);
@@ -71,7 +60,7 @@ fn transfer(
 ) -> Outcome {
     let mut p = Pair::new(
         seed,
-        bottleneck(delay_ms, loss, queue_bytes),
+        bottleneck(delay_ms, loss, RATE_BPS, queue_bytes),
         path(delay_ms, loss, None),
     );
     let (ca, cb) = connect(&mut p, cfg(cc));
@@ -136,7 +125,7 @@ fn two_flows(
 ) -> ([u64; 2], LinkStats) {
     let mut p = Pair::new(
         seed,
-        bottleneck(DELAY_MS, 0.0, queue_bytes),
+        bottleneck(DELAY_MS, 0.0, RATE_BPS, queue_bytes),
         path(DELAY_MS, 0.0, None),
     );
     let (a1, b1) = connect(&mut p, cfg(cc));

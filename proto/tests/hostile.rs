@@ -172,8 +172,7 @@ fn a_packet_far_ahead_does_not_grow_the_receive_buffer() {
     let _g = SeedGuard(s);
     // 20 ms round trip at 1 Gbit/s: the BDP (about 1,700 packets) is too small for the
     // buffer to grow by itself, large enough that growth for holes would be allowed.
-    let mut link = path(10, 0.0, Some(1_000_000_000));
-    link.queue_bytes = 1 << 20;
+    let link = bottleneck(10, 0.0, 1_000_000_000, 1 << 20);
     let mut p = Pair::new(s, link, path(10, 0.0, None));
     let isn = SeqNo::new(1_000);
     let mut cfg = file_cfg();

@@ -75,8 +75,7 @@ fn two_flows_share_a_bottleneck_fairly() {
     let s = seed(5);
     let _g = SeedGuard(s);
     let cc = std::env::var("SLIPSTREAM_CC").unwrap_or_else(|_| "bbr".into());
-    let mut link = path(10, 0.0, Some(50_000_000));
-    link.queue_bytes = 200_000;
+    let link = bottleneck(10, 0.0, 50_000_000, 200_000);
     let mut p = Pair::new(s, link, path(10, 0.0, None));
     let mut cfg = file_cfg();
     cfg.set_cc(&cc);
@@ -126,8 +125,7 @@ fn two_flows_share_a_bottleneck_fairly() {
 fn buffers_grow_to_the_bandwidth_delay_product() {
     let s = seed(6);
     let _g = SeedGuard(s);
-    let mut link = path(100, 0.0, Some(1_000_000_000));
-    link.queue_bytes = 32 << 20;
+    let link = bottleneck(100, 0.0, 1_000_000_000, 32 << 20);
     let mut p = Pair::new(s, link, path(100, 0.0, None));
     let (ca, cb) = connect(&mut p, file_cfg());
     let data = content(300_000_000, s);
@@ -167,8 +165,7 @@ fn buffers_grow_to_the_bandwidth_delay_product() {
 fn full_acks_keep_coming_while_the_ack_point_waits_behind_holes() {
     let s = seed(41);
     let _g = SeedGuard(s);
-    let mut link = path(5, 0.05, Some(1_000_000_000));
-    link.queue_bytes = 1_250_000;
+    let link = bottleneck(5, 0.05, 1_000_000_000, 1_250_000);
     let mut p = Pair::new(s, link, path(5, 0.05, None));
     let (ca, cb) = connect(&mut p, file_cfg());
     let data = content(100_000_000, s);
@@ -252,8 +249,7 @@ fn a_lost_tail_is_repaired_within_a_few_round_trips() {
 fn the_receive_buffer_grows_for_holes_but_stays_bounded() {
     let s = seed(12);
     let _g = SeedGuard(s);
-    let mut link = path(25, 0.01, Some(1_000_000_000));
-    link.queue_bytes = 6_250_000;
+    let link = bottleneck(25, 0.01, 1_000_000_000, 6_250_000);
     let mut p = Pair::new(s, link, path(25, 0.01, None));
     let (ca, cb) = connect(&mut p, file_cfg());
     let data = content(200_000_000, s);

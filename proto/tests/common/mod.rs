@@ -51,6 +51,14 @@ pub fn path(delay_ms: u64, loss: f64, rate_bps: Option<u64>) -> LinkConfig {
     }
 }
 
+/// A bottleneck: one-way delay, loss, a rate and a drop-tail queue of `queue_bytes`.
+pub fn bottleneck(delay_ms: u64, loss: f64, rate_bps: u64, queue_bytes: usize) -> LinkConfig {
+    LinkConfig {
+        queue_bytes,
+        ..path(delay_ms, loss, Some(rate_bps))
+    }
+}
+
 /// Connects a caller on `a` to a listener on `b`; returns (caller id, accepted id).
 pub fn connect(p: &mut Pair, cfg: ConnConfig) -> (ConnId, ConnId) {
     p.b.listen(Some(cfg.clone()));
