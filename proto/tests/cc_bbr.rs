@@ -8,7 +8,7 @@
 mod common;
 use common::*;
 use slipstream_proto::endpoint::ConnId;
-use slipstream_proto::sim::{LinkConfig, LinkStats, Pair};
+use slipstream_proto::sim::{LinkStats, Pair};
 use std::time::Duration;
 
 /// Bottleneck rate of every scenario.

@@ -162,7 +162,7 @@ fn buffers_grow_to_the_bandwidth_delay_product() {
 /// went up to 100 ms without a sample, each probe or drain phase lasting that long, and its
 /// estimate could settle far under the link.
 #[test]
-fn full_acks_keep_coming_while_the_ack_point_waits_behind_holes() {
+fn full_acks_go_on_after_the_ackack_while_new_data_arrive() {
     let s = seed(41);
     let _g = SeedGuard(s);
     let link = bottleneck(5, 0.05, 1_000_000_000, 1_250_000);
