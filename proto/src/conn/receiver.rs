@@ -52,6 +52,7 @@ impl Connection {
                 if self.rcv_max.le(seq) {
                     if self.rcv_max.lt(seq) {
                         let (first, last) = (self.rcv_max, seq.sub(1));
+                        let timer_running = !self.rcv_loss.is_empty();
                         self.stats.pkts_rcv_loss += u64::from(self.rcv_loss.insert(first, last));
                         self.queue_nak(first, last);
                         if !self.speed_reported {
@@ -61,7 +62,7 @@ impl Connection {
                             // second. The ACK goes first (poll_transmit's order).
                             self.pending.full_ack = true;
                         }
-                        if self.next_nak_tick <= now_us {
+                        if !timer_running {
                             self.next_nak_tick = now_us + self.nak_interval_us();
                         }
                     }
