@@ -494,3 +494,37 @@ fn a_lost_handshake_response_does_not_skew_the_rtt() {
     assert!(rb < 20.0, "listener RTT {rb:.1} ms on a 10 ms path");
     assert!(ra < 20.0, "caller RTT {ra:.1} ms on a 10 ms path");
 }
+
+/// A user-space sender is not always running: on a busy machine it misses its pacing times
+/// by milliseconds. Pacing credit lets it catch up with a burst (what a round trip's worth of
+/// queue absorbs anyway) instead of losing the time: with a millisecond of credit, a sender
+/// off the CPU 2 ms in every 10 ms lost a tenth of the link.
+#[test]
+fn a_sender_that_misses_its_pacing_times_catches_up() {
+    let s = seed(47);
+    let _g = SeedGuard(s);
+    let rate = 100_000_000;
+    // 20 ms round trip, a queue of one BDP (250 kB).
+    let mut p = Pair::new(s, bottleneck(10, 0.0, rate, 250_000), path(10, 0.0, None));
+    let mut cfg = file_cfg();
+    cfg.set_cc("bbr");
+    let (ca, cb) = connect(&mut p, cfg);
+    let data = content(40_000_000, s);
+    let start = p.now;
+    let mut next_pause = start;
+    stream_with(&mut p, ca, cb, &data, Duration::from_secs(20), |p| {
+        if p.now >= next_pause {
+            p.a_paused_until = p.now + Duration::from_millis(2);
+            next_pause = p.now + Duration::from_millis(10);
+        }
+    });
+    let secs = (p.now - start).as_secs_f64();
+    let goodput = data.len() as f64 * 8.0 / secs / rate as f64;
+    let st = p.a.conn(ca).unwrap().stats(p.now);
+    eprintln!(
+        "{:.1} % of the link, {} packets retransmitted",
+        goodput * 100.0,
+        st.pkts_retransmitted
+    );
+    assert!(goodput > 0.9, "{:.1} % of the link", goodput * 100.0);
+}

@@ -30,6 +30,9 @@ pub struct Pair {
     buf: Vec<u8>,
     /// The seed everything random was derived from.
     pub seed: u64,
+    /// Endpoint `a` does nothing before this time: it neither sends, nor reads, nor runs its
+    /// timers, as a process that is not scheduled. What arrives meanwhile waits for it.
+    pub a_paused_until: Instant,
 }
 
 impl Pair {
@@ -53,6 +56,7 @@ impl Pair {
             intruder: "10.6.6.6:666".parse().expect("literal"),
             buf: vec![0; 65_536],
             seed,
+            a_paused_until: start,
         }
     }
 
@@ -68,6 +72,10 @@ impl Pair {
                 self.ab.send(self.now, &self.buf[..t.len]);
             }
         }
+        self.flush_b();
+    }
+
+    fn flush_b(&mut self) {
         while let Some(t) = self.b.poll_transmit(self.now, &mut self.buf) {
             if t.dst == self.a_addr {
                 self.ba.send(self.now, &self.buf[..t.len]);
@@ -83,12 +91,22 @@ impl Pair {
     /// One step: flush, jump to the next event (at most `max_step` ahead), deliver what is due,
     /// fire timers. Returns false when nothing is scheduled at all.
     pub fn step(&mut self, max_step: Duration) -> bool {
-        self.flush();
+        let a_runs = self.now >= self.a_paused_until;
+        if a_runs {
+            self.flush();
+        } else {
+            self.flush_b();
+        }
+        let (a_timeout, to_a) = if a_runs {
+            (self.a.poll_timeout(), self.ba.next_delivery())
+        } else {
+            (Some(self.a_paused_until), None)
+        };
         let next = [
-            self.a.poll_timeout(),
+            a_timeout,
             self.b.poll_timeout(),
             self.ab.next_delivery(),
-            self.ba.next_delivery(),
+            to_a,
         ]
         .into_iter()
         .flatten()
@@ -102,10 +120,12 @@ impl Pair {
         while let Some(n) = self.ab.poll_deliver(self.now, &mut self.buf) {
             self.b.handle(self.now, self.a_addr, &self.buf[..n]);
         }
-        while let Some(n) = self.ba.poll_deliver(self.now, &mut self.buf) {
-            self.a.handle(self.now, self.b_addr, &self.buf[..n]);
+        if self.now >= self.a_paused_until {
+            while let Some(n) = self.ba.poll_deliver(self.now, &mut self.buf) {
+                self.a.handle(self.now, self.b_addr, &self.buf[..n]);
+            }
+            self.a.handle_timeout(self.now);
         }
-        self.a.handle_timeout(self.now);
         self.b.handle_timeout(self.now);
         true
     }
