@@ -400,3 +400,38 @@ fn compare_with_udt() {
         );
     }
 }
+
+/// Startup at 2.89 times the bottleneck rate overflows any queue it does not leave in time.
+/// It ends one round after the sender has sent twice as fast as packets arrive: the bandwidth
+/// plateau alone took two rounds more, and at 1 Gbit/s and 10 ms with a one-BDP queue the
+/// first 300 ms dropped 5,401 packets; now 2,364.
+#[test]
+fn startup_ends_a_round_after_the_queue_starts_to_grow() {
+    let s = seed(17);
+    let _g = SeedGuard(s);
+    let rate = 1_000_000_000;
+    let bdp = (rate / 8 * 10 / 1000) as usize;
+    let mut p = Pair::new(s, bottleneck(5, 0.0, rate, bdp), path(5, 0.0, None));
+    let (ca, cb) = connect(&mut p, cfg("bbr"));
+    p.ab.reset_stats();
+    let data = content(100_000_000, s);
+    let (mut off, mut got) = (0, 0);
+    let mut buf = vec![0u8; 1 << 16];
+    p.run_until(Duration::from_millis(300), |p| {
+        off += p.a.conn(ca).unwrap().send(p.now, &data[off..]).unwrap_or(0);
+        while let Ok(n @ 1..) = p.b.conn(cb).unwrap().recv(&mut buf) {
+            got += n;
+        }
+        false
+    });
+    let link = p.ab.stats();
+    let share = got as f64 * 8.0 / 0.3 / rate as f64;
+    eprintln!(
+        "first 300 ms: {} queue drops, {:.1} % of the link delivered",
+        link.queue_drops,
+        share * 100.0
+    );
+    assert!(link.queue_drops < 3_500, "{} queue drops", link.queue_drops);
+    // Not by leaving Startup before the link is full.
+    assert!(share > 0.75, "{:.1} % of the link", share * 100.0);
+}

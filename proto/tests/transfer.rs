@@ -491,8 +491,11 @@ fn a_lost_handshake_response_does_not_skew_the_rtt() {
         "after {:?} of data: RTT {ra:.1} ms (caller), {rb:.1} ms (listener)",
         p.now - t0
     );
-    assert!(rb < 20.0, "listener RTT {rb:.1} ms on a 10 ms path");
-    assert!(ra < 20.0, "caller RTT {ra:.1} ms on a 10 ms path");
+    // Timed from the first copy it was the 250 ms retry interval. Under load the samples
+    // include the queue this flow builds (Startup's, and a BBR window of twice the BDP): up
+    // to a round trip or two on top of the path's 10 ms.
+    assert!(rb < 40.0, "listener RTT {rb:.1} ms on a 10 ms path");
+    assert!(ra < 40.0, "caller RTT {ra:.1} ms on a 10 ms path");
 }
 
 /// A user-space sender is not always running: on a busy machine it misses its pacing times

@@ -55,7 +55,11 @@
 //!   `btl_bw` has not grown by 25 % in [`FULL_BW_ROUNDS`] (2) rounds ("the pipe is full";
 //!   BBR waits three, but each round Startup goes on after the pipe is full puts 1.9 BDP more
 //!   into the bottleneck's queue, and with reports timed by arrival the plateau is clear after
-//!   two), when a round loses
+//!   two), when the sender has sent [`STARTUP_QUEUE_RATIO`] (2) times faster than packets
+//!   arrive for a whole round (the excess is queueing at the bottleneck: under the 2.89 gain
+//!   this holds one round after the bottleneck rate was reached, whatever the loss; the
+//!   first sample, from a burst that crossed the bottleneck back to back, is often that rate
+//!   already), when a round loses
 //!   (reports lost, of the packets the round before sent)
 //!   more than [`STARTUP_LOSS_FACTOR`] times the lowest loss ratio of a round so far plus
 //!   [`STARTUP_LOSS_MARGIN`] (random loss stays at its level; a queue overflowing under
@@ -162,6 +166,12 @@ pub const PROBE_RTT_US: u64 = 200_000;
 pub const STARTUP_LOSS_FACTOR: f64 = 2.0;
 /// See [`STARTUP_LOSS_FACTOR`].
 pub const STARTUP_LOSS_MARGIN: f64 = 0.01;
+/// Startup ends when the sender has sent this many times faster than packets arrive for a
+/// whole round: the excess has been queueing at the bottleneck for that long. Under Startup's
+/// 2.89 gain that holds one round after the bottleneck's rate was reached. The bandwidth plateau takes two more rounds and the
+/// loss exit needs a baseline: a 1 Gbit/s, 10 ms path with a one-BDP queue dropped 5,400
+/// packets before Startup ended.
+pub const STARTUP_QUEUE_RATIO: f64 = 2.0;
 /// Packets a round must send before its loss ratio counts for Startup's loss exit.
 const STARTUP_LOSS_MIN_PKTS: u64 = 500;
 /// Window during ProbeRTT as a fraction of the estimated BDP.
@@ -292,8 +302,9 @@ pub struct Bbr {
     engine_min_rtt_us: f64,
     /// Start of the current send-rate interval: (µs, `pkts_sent`).
     send_mark: Option<(u64, u64)>,
-    /// Our own sending rate over recent completed intervals: (packets/s, end µs), a ring.
-    send_rates: [(f64, u64); SEND_RATE_SLOTS],
+    /// Our own sending rate over recent completed intervals: (packets/s, start µs, end µs),
+    /// a ring.
+    send_rates: [(f64, u64, u64); SEND_RATE_SLOTS],
     /// Slot of the newest entry in `send_rates`.
     send_rate_idx: usize,
     /// Lowest loss ratio of a round so far (random loss), for Startup's loss exit.
@@ -338,7 +349,7 @@ impl Default for Bbr {
             own_rtt: false,
             engine_min_rtt_us: 0.0,
             send_mark: None,
-            send_rates: [(0.0, 0); SEND_RATE_SLOTS],
+            send_rates: [(0.0, 0, 0); SEND_RATE_SLOTS],
             send_rate_idx: 0,
             base_loss_ratio: None,
             latest_bw: (0.0, 0),
@@ -413,7 +424,7 @@ impl Bbr {
         if dt as f64 >= len && dt > 0 {
             let rate = ctx.pkts_sent.saturating_sub(n0) as f64 * 1e6 / dt as f64;
             self.send_rate_idx = (self.send_rate_idx + 1) % SEND_RATE_SLOTS;
-            self.send_rates[self.send_rate_idx] = (rate, ctx.now_us);
+            self.send_rates[self.send_rate_idx] = (rate, t0, ctx.now_us);
             self.send_mark = Some((ctx.now_us, ctx.pkts_sent));
         }
     }
@@ -425,9 +436,23 @@ impl Bbr {
         let since = ctx.now_us as f64 - 2.0 * self.round_len_us(ctx) - len;
         self.send_rates
             .iter()
-            .filter(|&&(_, end)| end > 0 && end as f64 >= since)
-            .map(|&(r, _)| r)
+            .filter(|&&(_, _, end)| end > 0 && end as f64 >= since)
+            .map(|&(r, _, _)| r)
             .fold(0.0, f64::max)
+    }
+
+    /// Whether the sender has sent at least [`STARTUP_QUEUE_RATIO`] times faster than
+    /// `arrival` (packets/s) for the whole last round: then the excess has been queueing at
+    /// the bottleneck for a round, whatever the loss.
+    fn sending_into_a_queue(&self, ctx: &CcContext, arrival: f64) -> bool {
+        let since = ctx.now_us as f64 - self.round_len_us(ctx);
+        let recent = self
+            .send_rates
+            .iter()
+            .filter(|&&(_, _, end)| end > 0 && end as f64 > since);
+        let covered = recent.clone().any(|&(_, start, _)| start as f64 <= since);
+        let slowest = recent.map(|&(r, _, _)| r).fold(f64::INFINITY, f64::min);
+        arrival > 0.0 && covered && slowest >= STARTUP_QUEUE_RATIO * arrival
     }
 
     /// Length of a round, µs: `max(min_rtt, SYN interval)`.
@@ -813,6 +838,9 @@ impl CongestionControl for Bbr {
             };
             let raw = f64::from(rate).min(cap).min(MAX_BW_PPS);
             self.recent_bw = [raw, self.recent_bw[0], self.recent_bw[1]];
+            if self.state == BbrState::Startup && self.sending_into_a_queue(ctx, raw) {
+                self.filled_pipe = true;
+            }
             // Startup's rate grows every report. Anywhere else a lone high report is not the
             // path's: a receiver that read a backlog at once, or a path that paused and then
             // delivered what fell due meanwhile, the pause in one ACK interval and the
