@@ -56,7 +56,8 @@
 //!   BBR waits three, but each round Startup goes on after the pipe is full puts 1.9 BDP more
 //!   into the bottleneck's queue, and with reports timed by arrival the plateau is clear after
 //!   two), when the sender has sent [`STARTUP_QUEUE_RATIO`] (2) times faster than packets
-//!   arrive for a whole round (the excess is queueing at the bottleneck: under the 2.89 gain
+//!   arrive for a whole round, by a report at least [`PLATEAU_FRACTION`] of the estimate
+//!   (the excess is queueing at the bottleneck: under the 2.89 gain
 //!   this holds one round after the bottleneck rate was reached, whatever the loss; the
 //!   first sample, from a burst that crossed the bottleneck back to back, is often that rate
 //!   already), when a round loses
@@ -172,6 +173,8 @@ pub const STARTUP_LOSS_MARGIN: f64 = 0.01;
 /// loss exit needs a baseline: a 1 Gbit/s, 10 ms path with a one-BDP queue dropped 5,400
 /// packets before Startup ended.
 pub const STARTUP_QUEUE_RATIO: f64 = 2.0;
+/// ... judged on a report at least this fraction of the estimate.
+pub const PLATEAU_FRACTION: f64 = 0.9;
 /// Packets a round must send before its loss ratio counts for Startup's loss exit.
 const STARTUP_LOSS_MIN_PKTS: u64 = 500;
 /// Window during ProbeRTT as a fraction of the estimated BDP.
@@ -838,7 +841,14 @@ impl CongestionControl for Bbr {
             };
             let raw = f64::from(rate).min(cap).min(MAX_BW_PPS);
             self.recent_bw = [raw, self.recent_bw[0], self.recent_bw[1]];
-            if self.state == BbrState::Startup && self.sending_into_a_queue(ctx, raw) {
+            // Only a report near the estimate shows the plateau: in the first rounds a report
+            // may cover a stretch before the sender's burst arrived (through the emulator at
+            // 1 Gbit/s, 10 ms: 45 % of the link), and Startup then ended with an estimate
+            // of 72 % that probing took seconds to raise.
+            if self.state == BbrState::Startup
+                && raw >= PLATEAU_FRACTION * self.btl_bw_pps()
+                && self.sending_into_a_queue(ctx, raw)
+            {
                 self.filled_pipe = true;
             }
             // Startup's rate grows every report. Anywhere else a lone high report is not the
