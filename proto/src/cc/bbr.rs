@@ -857,12 +857,17 @@ impl CongestionControl for Bbr {
             // catch-up in the next (through the emulator at 1 Gbit/s, 50 ms: reports 15-24 %
             // over the link, each right after a low one, and the filter kept them for ten
             // slots). A probe that finds more bandwidth shows in the reports that follow;
-            // but a probe shorter than [`PROBE_MEDIAN_SYNS`] has too few for a median.
+            // but a probe shorter than [`PROBE_MEDIAN_SYNS`] has too few for a median. There
+            // a report above the estimate counts as far as the mean of it and the one before:
+            // a pause and its catch-up average to the path's rate (through the emulator at
+            // 1 Gbit/s, 10 ms: 62,050 then 97,369 packets/s on an 83,333 link, and ProbeBW
+            // paced 17 % over it for ten slots); more bandwidth shows in both.
             let probing = self.state == BbrState::ProbeBw && self.pacing_gain() > 1.0;
-            let sample = if self.state == BbrState::Startup
-                || (probing && self.phase_len_us(ctx) < PROBE_MEDIAN_SYNS * syn_us(ctx))
-            {
+            let sample = if self.state == BbrState::Startup {
                 raw
+            } else if probing && self.phase_len_us(ctx) < PROBE_MEDIAN_SYNS * syn_us(ctx) {
+                let pair = 0.5 * (raw + self.recent_bw[1]);
+                raw.min(pair.max(self.btl_bw_pps()))
             } else {
                 spike_filtered(&self.recent_bw)
             };
@@ -1255,7 +1260,7 @@ mod tests {
     }
 
     #[test]
-    fn a_short_probe_takes_its_reports_as_they_come() {
+    fn a_short_probe_counts_a_high_report_with_the_one_before() {
         // 10 ms round trips: the probe lasts two SYN intervals, too few reports for a median.
         let c0 = CcContext {
             now_us: 0,
@@ -1267,6 +1272,16 @@ mod tests {
         while cc.pacing_gain() <= 1.0 {
             tick(&mut cc, 10_000);
         }
+        // A pause and its catch-up: the path's rate, not the burst's.
+        tick(&mut cc, 7_000);
+        tick(&mut cc, 13_000);
+        assert_eq!(cc.btl_bw_pps(), 10_000.0);
+        // More bandwidth shows in both reports of the next probe, and counts.
+        while cc.pacing_gain() <= 1.0 {
+            tick(&mut cc, 10_000);
+        }
+        tick(&mut cc, 11_000);
+        assert_eq!(cc.btl_bw_pps(), 10_500.0);
         tick(&mut cc, 11_000);
         assert_eq!(cc.btl_bw_pps(), 11_000.0);
     }
