@@ -5,6 +5,7 @@
 
 mod common;
 use common::*;
+use slipstream_proto::endpoint::ConnId;
 use slipstream_proto::sim::Pair;
 use slipstream_proto::wire::{ControlBody, Packet};
 use std::time::Duration;
@@ -25,21 +26,17 @@ fn data_on_the_wire(p: &mut Pair) -> Vec<Vec<u8>> {
     data
 }
 
-#[test]
-fn one_burst_gets_one_ack_and_one_nak_with_every_gap() {
-    let s = seed(11);
-    let _g = SeedGuard(s);
-    // 1 Gbit/s: without a bottleneck the whole transfer is delivered before it is sampled.
+/// A 1 Gbit/s, 10 ms path (no bottleneck: the whole transfer would be delivered before it is
+/// sampled) with a flow run for `warm`, then every first transmission on the wire taken off
+/// at once: the burst one receive batch (a GRO batch) would hand over.
+fn flow_then_burst(s: u64, warm: Duration) -> (Pair, ConnId, Vec<Vec<u8>>) {
     let mut p = Pair::new(s, path(5, 0.0, Some(1_000_000_000)), path(5, 0.0, None));
     let (ca, cb) = connect(&mut p, file_cfg());
-    // Run a flow past Startup and Drain, until the path holds a full window in flight, then
-    // take everything on the wire at once: that is the burst one receive batch (a GRO batch)
-    // would hand over.
     let payload = p.a.conn(ca).unwrap().payload_size();
     let data = content(payload * 60_000, s);
     let mut off = 0;
     let mut buf = vec![0u8; 65_536];
-    p.run_until(Duration::from_millis(300), |p| {
+    p.run_until(warm, |p| {
         if off < data.len() {
             off += p.a.conn(ca).unwrap().send(p.now, &data[off..]).unwrap_or(0);
         }
@@ -48,6 +45,16 @@ fn one_burst_gets_one_ack_and_one_nak_with_every_gap() {
     });
     let burst = data_on_the_wire(&mut p);
     assert!(burst.len() >= 90, "only {} packets in flight", burst.len());
+    (p, cb, burst)
+}
+
+#[test]
+fn one_burst_gets_one_ack_and_one_nak_with_every_gap() {
+    let s = seed(11);
+    let _g = SeedGuard(s);
+    // Past Startup and Drain, so that the path holds a full window in flight.
+    let (mut p, cb, burst) = flow_then_burst(s, Duration::from_millis(300));
+    let mut buf = vec![0u8; 65_536];
 
     // Lose three separate stretches, deliver the rest as one receive batch.
     let lost = |i: usize| i == 10 || (50..53).contains(&i) || i == 80;
@@ -177,22 +184,9 @@ fn a_loss_in_the_first_window_is_reported_after_a_speed() {
 fn new_gaps_do_not_postpone_the_periodic_nak() {
     let s = seed(14);
     let _g = SeedGuard(s);
-    let mut p = Pair::new(s, path(5, 0.0, Some(1_000_000_000)), path(5, 0.0, None));
-    let (ca, cb) = connect(&mut p, file_cfg());
-    let payload = p.a.conn(ca).unwrap().payload_size();
-    let data = content(payload * 50_000, s);
-    let mut off = 0;
-    let mut buf = vec![0u8; 65_536];
     // Long enough for the receiver's RTT to converge from its 100 ms default.
-    p.run_until(Duration::from_millis(400), |p| {
-        if off < data.len() {
-            off += p.a.conn(ca).unwrap().send(p.now, &data[off..]).unwrap_or(0);
-        }
-        while p.b.conn(cb).unwrap().recv(&mut buf).unwrap_or(0) > 0 {}
-        false
-    });
-    let burst = data_on_the_wire(&mut p);
-    assert!(burst.len() >= 90, "only {} packets in flight", burst.len());
+    let (mut p, cb, burst) = flow_then_burst(s, Duration::from_millis(400));
+    let mut buf = vec![0u8; 65_536];
     let seq_of = |d: &[u8]| match Packet::parse(d) {
         Ok(Packet::Data(h, _)) => h.seq.get(),
         _ => unreachable!("data_on_the_wire keeps data packets"),
