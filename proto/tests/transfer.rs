@@ -560,4 +560,13 @@ fn a_sender_that_misses_its_pacing_times_catches_up() {
     assert!(long > 0.9, "{:.1} % of the link at 20 ms", long * 100.0);
     assert!(short > 0.9, "{:.1} % of the link at 2 ms", short * 100.0);
     assert!(local > 0.9, "{:.1} % of the link at 0 ms", local * 100.0);
+    // Off longer than the credit, the time beyond it is lost (at most 75 % here), but the
+    // reports on those packets measure the sender, and the bandwidth estimate must not
+    // follow them down (when it did: 42.4 %, and the loss compounded every filter window).
+    let long_pauses = paused_sender_goodput(s, 0, 4 << 20, ms(8), ms(16));
+    assert!(
+        long_pauses > 0.6,
+        "{:.1} % of the link, off 8 ms in 16",
+        long_pauses * 100.0
+    );
 }

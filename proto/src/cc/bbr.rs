@@ -30,6 +30,13 @@
 //!   last two rounds: nothing arrives faster than it was sent.
 //!   `btl_bw` is the maximum sample over the last
 //!   [`BW_WINDOW_ROUNDS`] slots of a windowed max filter; a slot lasts one ProbeBW phase.
+//! - *Sender-limited reports* (BBR's application-limited samples). The engine counts the time
+//!   its sender was due to send new data and did not ([`CcContext::send_lag_us`]: no data, or
+//!   kept off the CPU past its pacing credit). A report whose packets went out with the
+//!   sender that far behind for at least [`SENDER_LIMITED_SHARE`] of their time measures the
+//!   sender: outside Startup it may raise the estimate, never lower it. Otherwise a sender
+//!   that kept missing its pacing times (a busy two-core machine) sent less than it was paced
+//!   for, the reports followed, and the estimate ratcheted down slot by slot.
 //! - Rounds are counted in time: one round lasts `max(min_rtt, SYN interval)`. The cumulative
 //!   ACK is no good round marker under loss for the same reason as above. A ProbeBW phase (and
 //!   a filter slot) lasts a round, but at least [`PHASE_MIN_SYNS`] SYN intervals (20 ms), so
@@ -64,7 +71,11 @@
 //!   more than [`STARTUP_LOSS_FACTOR`] times the lowest loss ratio of a round so far plus
 //!   [`STARTUP_LOSS_MARGIN`] (random loss stays at its level; a queue overflowing under
 //!   2.89 times the bottleneck rate loses far more, a round before the plateau shows), or when
-//!   a round sees heavy loss (see below).
+//!   a round sees heavy loss (see below). A round with a sender-limited report does not count
+//!   towards the plateau unless the sender still sent 25 % faster than packets arrived:
+//!   over loopback the first rounds are the sender's own (page faults, its reader's first
+//!   chunks), the first report from the unpaced burst is several times what follows, and
+//!   Startup ended after two rounds at half the rate the path carried.
 //! - *Drain*: pacing gain `1 / 2.89`, window gain 2.89, until the packets in flight fall to the
 //!   estimated BDP (plus the ACK allowance below), or two rate reports in a row fall below
 //!   [`DRAIN_EMPTY`] (0.8) of the estimate (the queue is empty: arrivals follow Drain's rate;
@@ -133,9 +144,8 @@
 //! [1, 1e6] µs and the window in [4, 2 × flow window] packets; zero or absurd inputs never
 //! produce NaN or infinities.
 //!
-//! Not implemented from BBR v1: app-limited sample marking (a flow that runs out of data lets
-//! its estimate decay after ten slots, then probes back up in ProbeBW), and the early end of
-//! the 1.25 / 0.75 phases by in-flight, since the engine gives no exact in-flight.
+//! Not implemented from BBR v1: the early end of the 1.25 / 0.75 phases by in-flight, since
+//! the engine gives no exact in-flight.
 
 use super::{finite_or, flow_window, mss, syn_us, unit_from_seq};
 use super::{CcContext, CcControl, CongestionControl};
@@ -232,6 +242,9 @@ const PROBE_MEDIAN_SYNS: f64 = 4.0;
 const SEND_TIME_STRIDE: u32 = 4;
 /// Most send times kept (covers `STRIDE × this` packets in flight).
 const MAX_SEND_TIMES: usize = 8192;
+/// A rate report is sender-limited when the packets it covers went out with the sender
+/// behind its pacing (no data, or off the CPU past its credit) for this share of their time.
+const SENDER_LIMITED_SHARE: f64 = 1.0 / 16.0;
 /// Largest bandwidth sample accepted, packets/s (keeps products finite and meaningful).
 const MAX_BW_PPS: f64 = 1e9;
 
@@ -297,8 +310,14 @@ pub struct Bbr {
     last_loss_round: Option<u64>,
     /// The window stays at the minimum until this time (after a timeout), µs.
     timeout_until_us: Option<u64>,
-    /// Send times of some first transmissions, oldest first: (sequence number, µs).
-    send_times: VecDeque<(SeqNo, u64)>,
+    /// Send times of some first transmissions, oldest first: (sequence number, µs, the
+    /// engine's `send_lag_us` then).
+    send_times: VecDeque<(SeqNo, u64, u64)>,
+    /// Send time and `send_lag_us` of the newest packet a report covered, for the next
+    /// report's [`Bbr::sender_limited`] check.
+    report_mark: Option<(u64, u64)>,
+    /// A sender-limited report came in the current round.
+    round_limited: bool,
     /// `min_rtt_us` comes from our own samples.
     own_rtt: bool,
     /// Minimum of the engine's smoothed RTT, µs (0 = none), renewed with `min_rtt_us`.
@@ -349,6 +368,8 @@ impl Default for Bbr {
             last_loss_round: None,
             timeout_until_us: None,
             send_times: VecDeque::new(),
+            report_mark: None,
+            round_limited: false,
             own_rtt: false,
             engine_min_rtt_us: 0.0,
             send_mark: None,
@@ -444,10 +465,10 @@ impl Bbr {
             .fold(0.0, f64::max)
     }
 
-    /// Whether the sender has sent at least [`STARTUP_QUEUE_RATIO`] times faster than
-    /// `arrival` (packets/s) for the whole last round: then the excess has been queueing at
+    /// Whether the sender has sent at least `ratio` times faster than `arrival` (packets/s)
+    /// for the whole last round. At [`STARTUP_QUEUE_RATIO`] the excess has been queueing at
     /// the bottleneck for a round, whatever the loss.
-    fn sending_into_a_queue(&self, ctx: &CcContext, arrival: f64) -> bool {
+    fn sent_faster(&self, ctx: &CcContext, ratio: f64, arrival: f64) -> bool {
         let since = ctx.now_us as f64 - self.round_len_us(ctx);
         let recent = self
             .send_rates
@@ -455,7 +476,7 @@ impl Bbr {
             .filter(|&&(_, _, end)| end > 0 && end as f64 > since);
         let covered = recent.clone().any(|&(_, start, _)| start as f64 <= since);
         let slowest = recent.map(|&(r, _, _)| r).fold(f64::INFINITY, f64::min);
-        arrival > 0.0 && covered && slowest >= STARTUP_QUEUE_RATIO * arrival
+        arrival > 0.0 && covered && slowest >= ratio * arrival
     }
 
     /// Length of a round, µs: `max(min_rtt, SYN interval)`.
@@ -545,17 +566,40 @@ impl Bbr {
         Some(finite_or(w, INITIAL_CWND).max(INITIAL_CWND))
     }
 
-    /// Own RTT sample from the send time of the newest packet this ACK covers, µs.
-    fn rtt_sample(&mut self, now_us: u64, ack_seq: SeqNo) -> Option<f64> {
+    /// The newest recorded packet this ACK covers, forgetting the older ones: its send time,
+    /// µs, and the engine's `send_lag_us` then.
+    fn newest_acked(&mut self, ack_seq: SeqNo) -> Option<(u64, u64)> {
         let mut newest = None;
-        while let Some(&(seq, at)) = self.send_times.front() {
+        while let Some(&(seq, at, lag)) = self.send_times.front() {
             if !seq.lt(ack_seq) {
                 break;
             }
-            newest = Some(at);
+            newest = Some((at, lag));
             self.send_times.pop_front();
         }
-        newest.map(|at| now_us.saturating_sub(at) as f64)
+        newest
+    }
+
+    /// Whether this report's packets went out with the sender behind its pacing for at least
+    /// [`SENDER_LIMITED_SHARE`] of their time. `newest` (send time, lag) is the newest
+    /// recorded packet the ACK newly covers. The report times arrivals over the receiver's
+    /// ACK interval, so the gap after its newest packet (until the first packet not yet
+    /// covered is sent, or until now) counts too: a sender off the CPU then left that part
+    /// of the interval without arrivals.
+    fn sender_limited(&mut self, ctx: &CcContext, newest: Option<(u64, u64)>) -> bool {
+        let Some(mark) = newest else {
+            return false;
+        };
+        let (end, end_lag) = match self.send_times.front() {
+            Some(&(_, at, lag)) => (at, lag),
+            None => (ctx.now_us, ctx.send_lag_us),
+        };
+        let limited = self.report_mark.is_some_and(|(at0, lag0)| {
+            let span = end.saturating_sub(at0) as f64;
+            end_lag.saturating_sub(lag0) as f64 >= SENDER_LIMITED_SHARE * span
+        });
+        self.report_mark = Some(mark);
+        limited
     }
 
     fn update_min_rtt(&mut self, ctx: &CcContext, sample: Option<f64>) {
@@ -615,7 +659,13 @@ impl Bbr {
         self.round_start_us = Some(now);
 
         let bw = self.btl_bw_pps();
-        if !self.filled_pipe && bw > 0.0 {
+        // A round the sender could not fill (no data, or off the CPU past its credit) shows
+        // no growth because of the sender, unless it still sent faster than the path
+        // delivered (BBR skips application-limited rounds too). Over loopback the first rounds
+        // are the sender's: it starts with its page faults and its reader's first chunks.
+        let sender_bound = std::mem::take(&mut self.round_limited)
+            && !self.sent_faster(ctx, FULL_BW_GROWTH, self.latest_bw.0);
+        if !self.filled_pipe && bw > 0.0 && !sender_bound {
             if bw >= self.full_bw * FULL_BW_GROWTH {
                 self.full_bw = bw;
                 self.full_bw_rounds = 0;
@@ -821,6 +871,9 @@ impl CongestionControl for Bbr {
         }
         let span = ctx.last_sent_seq.next().diff(ack_seq);
         self.inflight_est = f64::from(span.max(0));
+        let newest = self.newest_acked(ack_seq);
+        let limited = self.sender_limited(ctx, newest);
+        self.round_limited |= limited;
 
         // The unsmoothed rate of the latest ACK when there is one: a smoothed rate lags an
         // exponential Startup by several rounds and averages a 1.25 probe away.
@@ -847,7 +900,7 @@ impl CongestionControl for Bbr {
             // of 72 % that probing took a third of a second to raise.
             if self.state == BbrState::Startup
                 && raw >= PLATEAU_FRACTION * self.btl_bw_pps()
-                && self.sending_into_a_queue(ctx, raw)
+                && self.sent_faster(ctx, STARTUP_QUEUE_RATIO, raw)
             {
                 self.filled_pipe = true;
             }
@@ -871,8 +924,16 @@ impl CongestionControl for Bbr {
             } else {
                 spike_filtered(&self.recent_bw)
             };
-            let slot = &mut self.bw_slots[self.bw_idx];
-            *slot = slot.max(sample);
+            // A report on packets the sender sent late or had no data for measures the
+            // sender: it may raise the model, never lower it (BBR's app-limited samples).
+            // Without this a sender that kept missing its pacing times sent less than it was
+            // paced for, the reports followed, the filter's older slots expired, and the
+            // estimate ratcheted down with every slot (in simulation, off the CPU 8 ms in
+            // every 16 ms on a 0 ms path: 42 % of the link).
+            if !limited || self.state == BbrState::Startup || sample >= self.btl_bw_pps() {
+                let slot = &mut self.bw_slots[self.bw_idx];
+                *slot = slot.max(sample);
+            }
             // The highest sample of a period that restarts once it is a round old.
             let (best, since) = self.latest_bw;
             self.latest_bw = if (ctx.now_us.saturating_sub(since) as f64) > self.round_len_us(ctx) {
@@ -881,7 +942,7 @@ impl CongestionControl for Bbr {
                 (best.max(sample), since)
             };
         }
-        let sample = self.rtt_sample(ctx.now_us, ack_seq);
+        let sample = newest.map(|(at, _)| ctx.now_us.saturating_sub(at) as f64);
         self.update_min_rtt(ctx, sample);
         self.advance_rounds(ctx);
         self.advance_bw_slots(ctx);
@@ -912,9 +973,10 @@ impl CongestionControl for Bbr {
         if !retransmit
             && seq.get().checked_rem(SEND_TIME_STRIDE) == Some(0)
             && self.send_times.len() < MAX_SEND_TIMES
-            && !matches!(self.send_times.back(), Some(&(last, _)) if !last.lt(seq))
+            && !matches!(self.send_times.back(), Some(&(last, _, _)) if !last.lt(seq))
         {
-            self.send_times.push_back((seq, ctx.now_us));
+            self.send_times
+                .push_back((seq, ctx.now_us, ctx.send_lag_us));
         }
     }
 
@@ -1284,6 +1346,77 @@ mod tests {
         assert_eq!(cc.btl_bw_pps(), 10_500.0);
         tick(&mut cc, 11_000);
         assert_eq!(cc.btl_bw_pps(), 11_000.0);
+    }
+
+    /// Sends `n` packets evenly over the next 10 ms, the sender falling `lag_us` behind its
+    /// pacing meanwhile, then takes an ACK for all of them with a receive rate of `rate`.
+    fn sent_then_acked(
+        cc: &mut Bbr,
+        ctl: &mut CcControl,
+        c: &mut CcContext,
+        n: u32,
+        lag_us: u64,
+        rate: u32,
+    ) {
+        for _ in 0..n {
+            c.now_us += 10_000 / u64::from(n);
+            c.send_lag_us += lag_us / u64::from(n);
+            c.last_sent_seq = c.last_sent_seq.next();
+            c.pkts_sent += 1;
+            cc.on_packet_sent(c, ctl, c.last_sent_seq, 1456, false);
+        }
+        c.recv_rate_pps = rate;
+        ack(cc, *c, ctl, c.last_sent_seq.next(), n);
+    }
+
+    #[test]
+    fn reports_on_a_late_sender_do_not_lower_the_estimate() {
+        let (mut cc, mut ctl, mut c) = in_probe_bw(10_000);
+        // The sender is off the CPU for a third of the time: 6,000 packets/s arrive.
+        for _ in 0..100 {
+            sent_then_acked(&mut cc, &mut ctl, &mut c, 60, 3_300, 6_000);
+        }
+        assert_eq!(cc.btl_bw_pps(), 10_000.0);
+        // A report above the estimate still counts (nothing arrives faster than it was sent).
+        sent_then_acked(&mut cc, &mut ctl, &mut c, 125, 1_000, 12_000);
+        sent_then_acked(&mut cc, &mut ctl, &mut c, 125, 1_000, 12_000);
+        assert_eq!(cc.btl_bw_pps(), 12_000.0);
+        // A sender on time at 6,000 packets/s measures the path: the estimate follows once
+        // the filter's slots have expired.
+        for _ in 0..100 {
+            sent_then_acked(&mut cc, &mut ctl, &mut c, 60, 0, 6_000);
+        }
+        assert_eq!(cc.btl_bw_pps(), 6_000.0);
+    }
+
+    #[test]
+    fn startup_waits_out_rounds_the_sender_could_not_fill() {
+        // The first report comes from the unpaced initial burst, which crossed no bottleneck
+        // (loopback) and is far above what follows.
+        let fresh = || {
+            let (mut cc, mut ctl) = started(&ctx(0));
+            let mut c = ctx(0);
+            sent_then_acked(&mut cc, &mut ctl, &mut c, 16, 0, 50_000);
+            (cc, ctl, c)
+        };
+        // A sender behind its pacing half the time (its reader and page faults): no plateau.
+        let (mut cc, mut ctl, mut c) = fresh();
+        for _ in 0..30 {
+            sent_then_acked(&mut cc, &mut ctl, &mut c, 100, 5_000, 10_000);
+        }
+        assert_eq!(cc.state(), BbrState::Startup);
+        // Once it keeps pace, the same rate is the plateau.
+        for _ in 0..30 {
+            sent_then_acked(&mut cc, &mut ctl, &mut c, 100, 0, 10_000);
+        }
+        assert_ne!(cc.state(), BbrState::Startup);
+        assert_eq!(cc.btl_bw_pps(), 10_000.0);
+        // On time from the start, the plateau shows within a few rounds (40 ms each).
+        let (mut cc, mut ctl, mut c) = fresh();
+        for _ in 0..12 {
+            sent_then_acked(&mut cc, &mut ctl, &mut c, 100, 0, 10_000);
+        }
+        assert_ne!(cc.state(), BbrState::Startup);
     }
 
     #[test]

@@ -58,6 +58,11 @@ pub struct CcContext {
     pub max_bw_bps: u64,
     /// Application input rate in bytes per second, as measured by the engine (0 if unknown).
     pub input_rate_bps: u64,
+    /// Total time, µs, the sender was due to send new data and did not: it had nothing to
+    /// send, or it was kept from running for longer than its pacing credit. Packets sent over
+    /// such time go out slower than the controller asked, and rate reports on them measure
+    /// the sender, not the path (BBR's "application-limited" samples). Never decreases.
+    pub send_lag_us: u64,
 }
 
 /// What a controller sets. The engine reads it after every handler returns.
@@ -215,6 +220,7 @@ pub(crate) fn test_context(rtt_ms: u64, rtt_var_ms: u64, bandwidth_pps: u32) -> 
         pkts_lost: 0,
         max_bw_bps: 0,
         input_rate_bps: 0,
+        send_lag_us: 0,
     }
 }
 

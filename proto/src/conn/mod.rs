@@ -157,6 +157,8 @@ pub struct Connection {
     cc: Box<dyn CongestionControl>,
     ctl: CcControl,
     next_send_us: f64,
+    /// Time the sender was due to send and did not, µs ([`CcContext::send_lag_us`]).
+    send_lag_us: u64,
     max_loss_seen: SeqNo,
     peer_window: u32,
     peer_recv_rate_pps: u32,
@@ -287,6 +289,7 @@ impl Connection {
             cc,
             ctl: CcControl::default(),
             next_send_us: 0.0,
+            send_lag_us: 0,
             max_loss_seen: isn,
             peer_window: 8192,
             peer_recv_rate_pps: 0,
@@ -391,6 +394,7 @@ impl Connection {
             pkts_lost: self.stats.pkts_snd_loss,
             max_bw_bps: self.cfg.max_bw_bps,
             input_rate_bps: self.input_rate.rate_bps,
+            send_lag_us: self.send_lag_at(now_us),
         }
     }
 

@@ -26,6 +26,15 @@ const MAX_BURST_US: f64 = 4000.0;
 /// ... and at most this many packets of it: 3 ms at 1 Gbit/s with 1500-byte packets.
 const MAX_BURST_PKTS: f64 = 256.0;
 
+/// Whole microseconds of a lag, 0 for anything negative or not finite.
+fn lag_us(x: f64) -> u64 {
+    if x.is_finite() && x > 0.0 {
+        x as u64
+    } else {
+        0
+    }
+}
+
 impl Connection {
     pub(super) fn window(&self) -> usize {
         let cwnd = if self.ctl.cwnd_pkts.is_finite() {
@@ -34,6 +43,32 @@ impl Connection {
             2.0
         };
         (cwnd as usize).min(self.peer_window as usize)
+    }
+
+    /// The sending period and the pacing credit, µs.
+    fn pacing(&self) -> (f64, f64) {
+        let period = if self.ctl.send_period_us.is_finite() {
+            self.ctl.send_period_us.max(0.0)
+        } else {
+            0.0
+        };
+        (period, MAX_BURST_US.min(MAX_BURST_PKTS * period))
+    }
+
+    /// [`CcContext::send_lag_us`](crate::cc::CcContext::send_lag_us) at `now_us`: the lag
+    /// recorded so far and the lag under way (due with nothing to send, or late past the
+    /// credit), which is recorded only when the sender next polls or sends.
+    pub(super) fn send_lag_at(&self, now_us: u64) -> u64 {
+        let overdue = now_us as f64 - self.next_send_us;
+        let pending =
+            if !matches!(self.state, State::Connected | State::Closing) || !self.window_open() {
+                0.0
+            } else if self.sbuf.unsent() == 0 {
+                overdue
+            } else {
+                overdue - self.pacing().1
+            };
+        self.send_lag_us.saturating_add(lag_us(pending))
     }
 
     /// Whether the windows let another new packet go: the congestion window bounds the
@@ -95,7 +130,16 @@ impl Connection {
         }
         // Due to send and nothing to send (no data, or the window is full): the time waited
         // here earns no credit. Only time the sender was kept from sending (not running) does.
-        self.next_send_us = self.next_send_us.max(now_us as f64);
+        // Time without data is lag; a full window is the controller's own limit.
+        let now = now_us as f64;
+        if self.next_send_us < now {
+            if self.sbuf.unsent() == 0 && self.window_open() {
+                self.send_lag_us = self
+                    .send_lag_us
+                    .saturating_add(lag_us(now - self.next_send_us));
+            }
+            self.next_send_us = now;
+        }
         None
     }
 
@@ -138,15 +182,14 @@ impl Connection {
         // Pacing. The first packet of each probe pair (sequence % 16 == 0) is followed at once
         // by the next, so the receiver can estimate the link capacity from their spacing.
         if rexmit || !seq.get().is_multiple_of(16) {
-            let period = if self.ctl.send_period_us.is_finite() {
-                self.ctl.send_period_us.max(0.0)
-            } else {
-                0.0
-            };
-            let credit = MAX_BURST_US.min(MAX_BURST_PKTS * period);
-            let now = now_us as f64;
-            if self.next_send_us < now - credit {
-                self.next_send_us = now - credit;
+            let (period, credit) = self.pacing();
+            let floor = now_us as f64 - credit;
+            if self.next_send_us < floor {
+                // Time beyond the credit is lost: this packet goes out that late.
+                self.send_lag_us = self
+                    .send_lag_us
+                    .saturating_add(lag_us(floor - self.next_send_us));
+                self.next_send_us = floor;
             }
             self.next_send_us += period;
         }
