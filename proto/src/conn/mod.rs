@@ -375,7 +375,8 @@ impl Connection {
         self.events.push_back(ev);
     }
 
-    fn cc_ctx(&self, now_us: u64) -> CcContext {
+    fn cc_ctx(&mut self, now_us: u64) -> CcContext {
+        self.settle_lag(now_us);
         CcContext {
             now_us,
             rtt: Duration::from_micros(self.srtt_us),
@@ -394,7 +395,7 @@ impl Connection {
             pkts_lost: self.stats.pkts_snd_loss,
             max_bw_bps: self.cfg.max_bw_bps,
             input_rate_bps: self.input_rate.rate_bps,
-            send_lag_us: self.send_lag_at(now_us),
+            send_lag_us: self.send_lag_us,
         }
     }
 

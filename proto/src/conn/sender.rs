@@ -55,20 +55,27 @@ impl Connection {
         (period, MAX_BURST_US.min(MAX_BURST_PKTS * period))
     }
 
-    /// [`CcContext::send_lag_us`](crate::cc::CcContext::send_lag_us) at `now_us`: the lag
-    /// recorded so far and the lag under way (due with nothing to send, or late past the
-    /// credit), which is recorded only when the sender next polls or sends.
-    pub(super) fn send_lag_at(&self, now_us: u64) -> u64 {
-        let overdue = now_us as f64 - self.next_send_us;
-        let pending =
-            if !matches!(self.state, State::Connected | State::Closing) || !self.window_open() {
-                0.0
-            } else if self.sbuf.unsent() == 0 {
-                overdue
-            } else {
-                overdue - self.pacing().1
-            };
-        self.send_lag_us.saturating_add(lag_us(pending))
+    /// Records the lag under way at `now_us` ([`CcContext::send_lag_us`]): due with nothing
+    /// to send, or late past the pacing credit. The sender would record it when it next polls
+    /// or sends, with the same effect on its pacing; the controller must see it now.
+    ///
+    /// [`CcContext::send_lag_us`]: crate::cc::CcContext::send_lag_us
+    pub(super) fn settle_lag(&mut self, now_us: u64) {
+        if !matches!(self.state, State::Connected | State::Closing) || !self.window_open() {
+            return;
+        }
+        let now = now_us as f64;
+        let floor = if self.sbuf.unsent() == 0 && self.snd_loss.is_empty() {
+            now
+        } else {
+            now - self.pacing().1
+        };
+        if self.next_send_us < floor {
+            self.send_lag_us = self
+                .send_lag_us
+                .saturating_add(lag_us(floor - self.next_send_us));
+            self.next_send_us = floor;
+        }
     }
 
     /// Whether the windows let another new packet go: the congestion window bounds the
