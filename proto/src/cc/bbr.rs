@@ -71,7 +71,11 @@
 //!   more than [`STARTUP_LOSS_FACTOR`] times the lowest loss ratio of a round so far plus
 //!   [`STARTUP_LOSS_MARGIN`] (random loss stays at its level; a queue overflowing under
 //!   2.89 times the bottleneck rate loses far more, a round before the plateau shows), or when
-//!   a round sees heavy loss (see below). A round with a sender-limited report does not count
+//!   a round sees heavy loss (see below). The plateau compares the estimate capped at 1.1
+//!   times the highest rate the sender sent at over the last two rounds: the first report,
+//!   from the unpaced burst, crossed no bottleneck over loopback and read several times what
+//!   the flow then sustained, and as the level to beat it ended Startup two rounds later at
+//!   whatever the sender had reached. A round with a sender-limited report does not count
 //!   towards the plateau unless the sender still sent 25 % faster than packets arrived:
 //!   over loopback the first rounds are the sender's own (page faults, its reader's first
 //!   chunks), the first report from the unpaced burst is several times what follows, and
@@ -658,7 +662,17 @@ impl Bbr {
         let rounds = finite_or((elapsed / len).floor(), 1.0).clamp(1.0, 1e6) as u64;
         self.round_start_us = Some(now);
 
-        let bw = self.btl_bw_pps();
+        // The plateau is judged on rates the sender has sent at: the first report timed the
+        // unpaced initial burst, which measures a bottleneck's service rate where one spaced
+        // it, but over loopback crossed none (74,418 packets/s, then 8-11k sustained) and,
+        // kept as the level to beat by 25 %, ended Startup two rounds later at whatever the
+        // sender had reached by then.
+        let sent = self.recent_send_rate(ctx);
+        let bw = if sent > 0.0 {
+            self.btl_bw_pps().min(SEND_RATE_SLACK * sent)
+        } else {
+            self.btl_bw_pps()
+        };
         // A round the sender could not fill (no data, or off the CPU past its credit) shows
         // no growth because of the sender, unless it still sent faster than the path
         // delivered (BBR skips application-limited rounds too). Over loopback the first rounds
@@ -1415,6 +1429,34 @@ mod tests {
         let (mut cc, mut ctl, mut c) = fresh();
         for _ in 0..12 {
             sent_then_acked(&mut cc, &mut ctl, &mut c, 100, 0, 10_000);
+        }
+        assert_ne!(cc.state(), BbrState::Startup);
+    }
+
+    #[test]
+    fn startup_grows_past_an_unpaced_first_report() {
+        // Over loopback the unpaced initial burst crosses no bottleneck: its report is
+        // several times what the flow then sustains while it grows.
+        let (mut cc, mut ctl) = started(&ctx(0));
+        let mut c = ctx(0);
+        sent_then_acked(&mut cc, &mut ctl, &mut c, 16, 0, 50_000);
+        let mut rate = 10_000.0_f64;
+        for round in 0..6 {
+            for _ in 0..4 {
+                let n = (rate / 100.0) as u32;
+                sent_then_acked(&mut cc, &mut ctl, &mut c, n, 0, n * 100);
+            }
+            assert_eq!(
+                cc.state(),
+                BbrState::Startup,
+                "round {round} at {rate:.0}/s"
+            );
+            rate *= 1.3;
+        }
+        // Growth stops: the plateau shows.
+        for _ in 0..16 {
+            let n = (rate / 100.0) as u32;
+            sent_then_acked(&mut cc, &mut ctl, &mut c, n, 0, n * 100);
         }
         assert_ne!(cc.state(), BbrState::Startup);
     }
