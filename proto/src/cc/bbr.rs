@@ -33,7 +33,8 @@
 //! - *Sender-limited reports* (BBR's application-limited samples). The engine counts the time
 //!   its sender was due to send new data and did not ([`CcContext::send_lag_us`]: no data, or
 //!   kept off the CPU past its pacing credit). A report whose packets went out with the
-//!   sender that far behind for at least [`SENDER_LIMITED_SHARE`] of their time measures the
+//!   sender that far behind for at least [`SENDER_LIMITED_SHARE`] of their time, and that
+//!   came with no loss reported since the last ACK (loss shows a full path), measures the
 //!   sender: outside Startup it may raise the estimate, never lower it. Otherwise a sender
 //!   that kept missing its pacing times (a busy two-core machine) sent less than it was paced
 //!   for, the reports followed, and the estimate ratcheted down slot by slot.
@@ -322,6 +323,8 @@ pub struct Bbr {
     report_mark: Option<(u64, u64)>,
     /// A sender-limited report came in the current round.
     round_limited: bool,
+    /// `pkts_lost` at the previous ACK.
+    lost_at_ack: u64,
     /// `min_rtt_us` comes from our own samples.
     own_rtt: bool,
     /// Minimum of the engine's smoothed RTT, µs (0 = none), renewed with `min_rtt_us`.
@@ -374,6 +377,7 @@ impl Default for Bbr {
             send_times: VecDeque::new(),
             report_mark: None,
             round_limited: false,
+            lost_at_ack: 0,
             own_rtt: false,
             engine_min_rtt_us: 0.0,
             send_mark: None,
@@ -886,7 +890,12 @@ impl CongestionControl for Bbr {
         let span = ctx.last_sent_seq.next().diff(ack_seq);
         self.inflight_est = f64::from(span.max(0));
         let newest = self.newest_acked(ack_seq);
-        let limited = self.sender_limited(ctx, newest);
+        // Losses reported since the last ACK show the path was full, whatever the sender's
+        // lag: over loopback the sender and a receiver that fell behind share two cores, both
+        // lag, and a report that could not lower the estimate let the sender overflow the
+        // receiver's socket buffer (13 % of packets retransmitted in one run).
+        let lossy = ctx.pkts_lost > std::mem::replace(&mut self.lost_at_ack, ctx.pkts_lost);
+        let limited = self.sender_limited(ctx, newest) && !lossy;
         self.round_limited |= limited;
 
         // The unsmoothed rate of the latest ACK when there is one: a smoothed rate lags an
@@ -1399,6 +1408,18 @@ mod tests {
         // the filter's slots have expired.
         for _ in 0..100 {
             sent_then_acked(&mut cc, &mut ctl, &mut c, 60, 0, 6_000);
+        }
+        assert_eq!(cc.btl_bw_pps(), 6_000.0);
+    }
+
+    #[test]
+    fn a_late_sender_that_loses_packets_measures_the_path() {
+        let (mut cc, mut ctl, mut c) = in_probe_bw(10_000);
+        // The sender is behind a third of the time, yet the path (a receiver that fell behind
+        // on the same cores) drops what it sends: the estimate follows the reports down.
+        for _ in 0..100 {
+            c.pkts_lost += 5;
+            sent_then_acked(&mut cc, &mut ctl, &mut c, 60, 3_300, 6_000);
         }
         assert_eq!(cc.btl_bw_pps(), 6_000.0);
     }
