@@ -79,8 +79,7 @@
 //!   whatever the sender had reached. A round with a sender-limited report does not count
 //!   towards the plateau unless the sender still sent 25 % faster than packets arrived:
 //!   over loopback the first rounds are the sender's own (page faults, its reader's first
-//!   chunks), the first report from the unpaced burst is several times what follows, and
-//!   Startup ended after two rounds at half the rate the path carried.
+//!   chunks), and Startup ended in them at half the rate the path carried.
 //! - *Drain*: pacing gain `1 / 2.89`, window gain 2.89, until the packets in flight fall to the
 //!   estimated BDP (plus the ACK allowance below), or two rate reports in a row fall below
 //!   [`DRAIN_EMPTY`] (0.8) of the estimate (the queue is empty: arrivals follow Drain's rate;
@@ -891,9 +890,9 @@ impl CongestionControl for Bbr {
         self.inflight_est = f64::from(span.max(0));
         let newest = self.newest_acked(ack_seq);
         // Losses reported since the last ACK show the path was full, whatever the sender's
-        // lag: over loopback the sender and a receiver that fell behind share two cores, both
-        // lag, and a report that could not lower the estimate let the sender overflow the
-        // receiver's socket buffer (13 % of packets retransmitted in one run).
+        // lag: over loopback the sender and a receiver that fell behind share two cores and
+        // both lag, and reports that cannot lower the estimate would let the sender keep
+        // overflowing the receiver (one loopback run retransmitted 13 % before this rule).
         let lossy = ctx.pkts_lost > std::mem::replace(&mut self.lost_at_ack, ctx.pkts_lost);
         let limited = self.sender_limited(ctx, newest) && !lossy;
         self.round_limited |= limited;
