@@ -538,6 +538,73 @@ fn paused_sender_goodput(
     goodput
 }
 
+/// Streams `total` bytes over a 100 Mbit/s path with a 20 ms round trip, the application
+/// writing `chunk` bytes every 10 ms; returns the share of the transfer's time the sender
+/// had nothing to send or was late ([`ConnStats::send_lag_us`]).
+///
+/// [`ConnStats::send_lag_us`]: slipstream_proto::conn::ConnStats::send_lag_us
+fn send_lag_share(s: u64, total: usize, chunk: usize) -> f64 {
+    let mut p = Pair::new(
+        s,
+        bottleneck(10, 0.0, 100_000_000, 250_000),
+        path(10, 0.0, None),
+    );
+    let mut cfg = file_cfg();
+    cfg.set_cc("bbr");
+    let (ca, cb) = connect(&mut p, cfg);
+    let data = content(total, s);
+    let (mut allowed, mut sent, mut got) = (0, 0, 0);
+    let mut next_write = p.now;
+    let mut buf = vec![0u8; 1 << 16];
+    let start = p.now;
+    let done = p.run_until(Duration::from_secs(30), |p| {
+        let now = p.now;
+        if now >= next_write {
+            allowed = (allowed + chunk).min(total);
+            next_write = now + Duration::from_millis(10);
+        }
+        let c = p.a.conn(ca).unwrap();
+        while sent < allowed {
+            match c.send(now, &data[sent..allowed]) {
+                Ok(n) if n > 0 => sent += n,
+                _ => break,
+            }
+        }
+        let r = p.b.conn(cb).unwrap();
+        loop {
+            match r.recv(&mut buf) {
+                Ok(n) if n > 0 => got += n,
+                _ => break,
+            }
+        }
+        got == total
+    });
+    assert!(done, "{got} of {total} bytes arrived");
+    let lag = p.a.conn(ca).unwrap().stats(p.now).send_lag_us;
+    let share = lag as f64 / (p.now - start).as_micros() as f64;
+    eprintln!(
+        "{} kB every 10 ms: sender lag {:.1} ms of {:.1} ms ({:.1} %)",
+        chunk / 1000,
+        lag as f64 / 1000.0,
+        (p.now - start).as_secs_f64() * 1000.0,
+        share * 100.0
+    );
+    share
+}
+
+/// The statistics say when the application, not the path, set the rate: a sender fed at
+/// 40 Mbit/s on a 100 Mbit/s path spends most of its time with nothing to send; one given
+/// everything at once, almost none.
+#[test]
+fn stats_tell_an_application_limited_sender() {
+    let s = seed(48);
+    let _g = SeedGuard(s);
+    let slow = send_lag_share(s, 5_000_000, 50_000);
+    let fast = send_lag_share(s, 5_000_000, 5_000_000);
+    assert!(slow > 0.4, "application-limited: {:.1} %", slow * 100.0);
+    assert!(fast < 0.1, "saturating: {:.1} %", fast * 100.0);
+}
+
 /// A user-space sender is not always running: on a busy machine it misses its pacing times
 /// by milliseconds. Pacing credit lets it catch up with a burst instead of losing the time:
 /// with a millisecond of credit, a sender off the CPU 2 ms in every 10 ms on a 20 ms path lost

@@ -248,7 +248,7 @@ const SEND_TIME_STRIDE: u32 = 4;
 const MAX_SEND_TIMES: usize = 8192;
 /// A rate report is sender-limited when the packets it covers went out with the sender
 /// behind its pacing (no data, or off the CPU past its credit) for this share of their time.
-const SENDER_LIMITED_SHARE: f64 = 1.0 / 16.0;
+pub const SENDER_LIMITED_SHARE: f64 = 1.0 / 16.0;
 /// Largest bandwidth sample accepted, packets/s (keeps products finite and meaningful).
 const MAX_BW_PPS: f64 = 1e9;
 

@@ -58,8 +58,9 @@ pub struct CcContext {
     pub max_bw_bps: u64,
     /// Application input rate in bytes per second, as measured by the engine (0 if unknown).
     pub input_rate_bps: u64,
-    /// Total time, µs, the sender was due to send new data and did not: it had nothing to
-    /// send, or it was kept from running for longer than its pacing credit. Packets sent over
+    /// Total time, µs, since its first data packet that the sender was due to send new data
+    /// and did not: it had nothing to send, or it was kept from running for longer than its
+    /// pacing credit (also in [`ConnStats::send_lag_us`](crate::conn::ConnStats::send_lag_us)). Packets sent over
     /// such time go out slower than the controller asked, and rate reports on them measure
     /// the sender, not the path (BBR's "application-limited" samples). Never decreases.
     pub send_lag_us: u64,

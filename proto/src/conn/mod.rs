@@ -798,6 +798,7 @@ impl Connection {
         s.rcv_loss_ranges = self.rcv_loss.range_count() as u32;
         s.mss = self.mss;
         s.latency_ms = (self.latency_us / 1000) as u32;
+        s.send_lag_us = self.send_lag_us;
         s
     }
 

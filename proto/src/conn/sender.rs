@@ -71,10 +71,16 @@ impl Connection {
             now - self.pacing().1
         };
         if self.next_send_us < floor {
-            self.send_lag_us = self
-                .send_lag_us
-                .saturating_add(lag_us(floor - self.next_send_us));
+            self.add_lag(floor - self.next_send_us);
             self.next_send_us = floor;
+        }
+    }
+
+    /// Adds `us` to the sender's lag once it has sent data: before its first packet a
+    /// connection waits for its application (or only receives), which is no lag of a sender.
+    fn add_lag(&mut self, us: f64) {
+        if self.stats.pkts_sent > 0 {
+            self.send_lag_us = self.send_lag_us.saturating_add(lag_us(us));
         }
     }
 
@@ -141,9 +147,7 @@ impl Connection {
         let now = now_us as f64;
         if self.next_send_us < now {
             if self.sbuf.unsent() == 0 && self.window_open() {
-                self.send_lag_us = self
-                    .send_lag_us
-                    .saturating_add(lag_us(now - self.next_send_us));
+                self.add_lag(now - self.next_send_us);
             }
             self.next_send_us = now;
         }
@@ -178,14 +182,6 @@ impl Connection {
             self.rto_base_us = now_us;
         }
         self.sbuf.mark_sent(seq, now_us, rexmit);
-        self.stats.pkts_sent += 1;
-        self.stats.bytes_sent += bytes as u64;
-        if rexmit {
-            self.stats.pkts_retransmitted += 1;
-        } else {
-            self.stats.pkts_sent_unique += 1;
-            self.stats.bytes_sent_unique += bytes as u64;
-        }
         // Pacing. The first packet of each probe pair (sequence % 16 == 0) is followed at once
         // by the next, so the receiver can estimate the link capacity from their spacing.
         if rexmit || !seq.get().is_multiple_of(16) {
@@ -193,12 +189,18 @@ impl Connection {
             let floor = now_us as f64 - credit;
             if self.next_send_us < floor {
                 // Time beyond the credit is lost: this packet goes out that late.
-                self.send_lag_us = self
-                    .send_lag_us
-                    .saturating_add(lag_us(floor - self.next_send_us));
+                self.add_lag(floor - self.next_send_us);
                 self.next_send_us = floor;
             }
             self.next_send_us += period;
+        }
+        self.stats.pkts_sent += 1;
+        self.stats.bytes_sent += bytes as u64;
+        if rexmit {
+            self.stats.pkts_retransmitted += 1;
+        } else {
+            self.stats.pkts_sent_unique += 1;
+            self.stats.bytes_sent_unique += bytes as u64;
         }
         let ctx = self.cc_ctx(now_us);
         self.cc

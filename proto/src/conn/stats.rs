@@ -60,6 +60,11 @@ pub struct ConnStats {
     pub tail_probes: u64,
     /// Control packets received that were malformed or unexpected.
     pub ctrl_ignored: u64,
+    /// Time, µs, since its first data packet that the sender was due to send new data and
+    /// did not: it had nothing to send (the application wrote slower than the path carried,
+    /// or everything was sent) or it was kept from running past its pacing credit. A large
+    /// share of a transfer's time means the sender, not the path, set the rate.
+    pub send_lag_us: u64,
     /// Smoothed round-trip time, milliseconds.
     pub rtt_ms: f64,
     /// Round-trip time variance, milliseconds.
