@@ -17,11 +17,10 @@ pub(super) const PACING_QUANTUM_US: f64 = 100.0;
 /// bottleneck's queue drained. A queue shorter than the burst drops its excess, which costs
 /// retransmissions where less credit costs the time itself. The credit does not shrink with
 /// the round trip: a thread woken behind two busy ones waits milliseconds whatever the path.
-/// On loopback (RTT 0.3 ms) a
-/// credit of a quarter round trip, floored at 1 ms, held 1 GiB transfers to a median of
-/// 5.4 Gbit/s against 7.4 with 4 ms (six alternating runs each); at 1 Gbit/s, 10 ms with
-/// 5 % loss, 1 ms of credit cost about 5 % (0.87 against 0.91 Gbit/s through
-/// `slipstream netem`).
+/// On loopback (RTT 0.3 ms) a credit of a quarter round trip, floored at 1 ms, held 1 GiB
+/// transfers to a median of 5.4 Gbit/s against 7.4 with 4 ms (six alternating runs each); at
+/// 1 Gbit/s, 10 ms with 5 % loss, 1 ms of credit cost about 5 % (0.87 against 0.91 Gbit/s
+/// through `slipstream netem`).
 const MAX_BURST_US: f64 = 4000.0;
 /// ... and at most this many packets of it: 3 ms at 1 Gbit/s with 1500-byte packets.
 const MAX_BURST_PKTS: f64 = 256.0;
