@@ -60,7 +60,12 @@ impl Connection {
     ///
     /// [`CcContext::send_lag_us`]: crate::cc::CcContext::send_lag_us
     pub(super) fn settle_lag(&mut self, now_us: u64) {
-        if !matches!(self.state, State::Connected | State::Closing) || !self.window_open() {
+        // Nothing counts before the first data packet (see `add_lag`); a connection that only
+        // receives calls this for every packet it gets and has nothing to settle.
+        if self.stats.pkts_sent == 0
+            || !matches!(self.state, State::Connected | State::Closing)
+            || !self.window_open()
+        {
             return;
         }
         let now = now_us as f64;
