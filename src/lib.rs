@@ -5,7 +5,7 @@
 //!   ([`slipstream_proto`]).
 //! - [`datapath`]: batched datagram I/O backends and the loss-injecting [`datapath::Impaired`].
 //! - [`dgram`]: asynchronous UDP datagrams (post/complete, registered buffer pool; Linux).
-//! - [`transfer`]: file transfer with an end-to-end BLAKE3 digest trailer.
+//! - [`transfer`]: file transfer with an end-to-end XXH3-128 digest trailer.
 //! - [`cli`]: the `slipstream` command line.
 //! - [`netem`]: the link emulator between two network namespaces (`slipstream netem`).
 //! - [`plot`]: SVG line charts for benchmark reports.

@@ -74,7 +74,7 @@ fn transfer_verified(p: &Pair, payload: &[u8]) {
             v,
             Verdict::Verified {
                 bytes: payload.len() as u64,
-                blake3: blake3::hash(payload).into()
+                digest: transfer::digest(payload)
             }
         );
     });

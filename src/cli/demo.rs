@@ -1,6 +1,6 @@
 //! `slipstream demo`: both ends in one process on loopback, each sending through a simulated
 //! lossy, delayed link ([`Impaired`](crate::datapath::Impaired)), with generated data and an
-//! end-to-end BLAKE3 check.
+//! end-to-end XXH3-128 check.
 
 use super::{conn_config, endpoint_options, progress_bar, CliResult, Common, Summary};
 use crate::api::Endpoint;
@@ -105,10 +105,10 @@ pub(super) fn run(
             .map_err(|_| "receiver thread panicked".to_string())?
             .map_err(|e| format!("receive failed: {e}"))?;
         let (integrity, ok) = match verdict {
-            Verdict::Verified { bytes: b, blake3 } if b == sent.bytes && blake3 == sent.blake3 => (
+            Verdict::Verified { bytes: b, digest } if b == sent.bytes && digest == sent.digest => (
                 format!(
-                    "verified: digest trailer matches (BLAKE3 {})",
-                    super::hex(&blake3)
+                    "verified: digest trailer matches (XXH3-128 {})",
+                    super::hex(&digest)
                 ),
                 true,
             ),
@@ -120,7 +120,7 @@ pub(super) fn run(
             secs,
             integrity,
             verified: Some(ok),
-            blake3: Some(sent.blake3),
+            digest: Some(sent.digest),
             conn: stats,
         };
         sum.print();

@@ -238,7 +238,7 @@ pub(super) fn run(
                 .unwrap_or_default()
         ),
         verified: None,
-        blake3: None,
+        digest: None,
         conn: stats,
     };
     s.print();

@@ -294,7 +294,7 @@ fn progress_bar(common: &Common, total: Option<u64>) -> ProgressBar {
     }
 }
 
-fn hex(h: &[u8; 32]) -> String {
+fn hex(h: &transfer::Digest) -> String {
     h.iter().map(|b| format!("{b:02x}")).collect()
 }
 
@@ -314,7 +314,7 @@ struct Summary<'a> {
     secs: f64,
     integrity: String,
     verified: Option<bool>,
-    blake3: Option<[u8; 32]>,
+    digest: Option<transfer::Digest>,
     conn: Option<ConnStats>,
 }
 
@@ -348,7 +348,7 @@ impl Summary<'_> {
             "gbit_per_s": gbps(self.bytes, self.secs),
             "integrity": self.integrity,
             "verified": self.verified,
-            "blake3": self.blake3.as_ref().map(hex),
+            "xxh3_128": self.digest.as_ref().map(hex),
             "connection": self.conn,
             "endpoint": ep.map(Endpoint::stats),
             "datapath": ep.map(|e| serde_json::json!({
@@ -387,8 +387,8 @@ fn cmd_send(file: &Path, uri: &str, common: &Common, registry: &CcRegistry) -> C
         Ok(r) => {
             let integrity = if r.digest_sent {
                 format!(
-                    "digest trailer sent (BLAKE3 {}), receiver verifies",
-                    hex(&r.blake3)
+                    "digest trailer sent (XXH3-128 {}), receiver verifies",
+                    hex(&r.digest)
                 )
             } else {
                 "acknowledged; the peer offers no end-to-end digest".into()
@@ -399,7 +399,7 @@ fn cmd_send(file: &Path, uri: &str, common: &Common, registry: &CcRegistry) -> C
                 secs,
                 integrity,
                 verified: None,
-                blake3: Some(r.blake3),
+                digest: Some(r.digest),
                 conn: stats,
             };
             s.print();
@@ -475,11 +475,11 @@ fn cmd_recv(
     let stats = conn.stats().ok();
     match result {
         Ok(v) => {
-            let (integrity, verified, blake3) = match v {
-                Verdict::Verified { blake3, .. } => (
-                    format!("verified (BLAKE3 {})", hex(&blake3)),
+            let (integrity, verified, digest) = match v {
+                Verdict::Verified { digest, .. } => (
+                    format!("verified (XXH3-128 {})", hex(&digest)),
                     true,
-                    Some(blake3),
+                    Some(digest),
                 ),
                 Verdict::Unverified { .. } => (
                     "UNVERIFIED: the peer offers no end-to-end digest; complete per its clean \
@@ -495,7 +495,7 @@ fn cmd_recv(
                 secs,
                 integrity,
                 verified: Some(verified),
-                blake3,
+                digest,
                 conn: stats,
             };
             s.print();

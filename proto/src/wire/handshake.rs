@@ -152,8 +152,10 @@ pub struct SlipstreamExt {
 impl SlipstreamExt {
     /// Extension type code.
     pub const TYPE: u16 = 0x5353;
-    /// A file transfer ends with a size + BLAKE3 digest trailer in the byte stream.
-    pub const FILE_DIGEST: u32 = 0x1;
+    /// A file transfer ends with a size + XXH3-128 digest trailer in the byte stream. Bit 0x1
+    /// stood for an earlier BLAKE3 trailer; it is retired, so an end that still offers only it
+    /// agrees on no digest (its transfers are reported unverified, never misjudged).
+    pub const FILE_DIGEST: u32 = 0x2;
 }
 
 /// Parsed handshake extensions. Bounded: the stream id is at most 512 bytes, the congestion
