@@ -824,7 +824,7 @@ fn method_notes(runs: &[RunRecord]) -> Vec<String> {
         n.push(
             "slipstream: `slipstream recv srt://:PORT OUT --force` and `slipstream send IN \
              srt://ADDR:PORT`, defaults (BBR-style congestion control, datapath chosen by \
-             probing, end-to-end BLAKE3 verified by the receiver). Retransmitted: the sender's \
+             probing, end-to-end XXH3-128 digest verified by the receiver). Retransmitted: the sender's \
              pkts_retransmitted / pkts_sent."
                 .into(),
         );
