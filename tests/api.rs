@@ -307,3 +307,43 @@ impl Read for ReadRef<'_, '_> {
         self.0.recv(buf)
     }
 }
+
+/// `send_with` queues what its `fill` wrote, in pieces of any size interleaved with `send`;
+/// a failing `fill` queues nothing and its error comes back as is.
+#[test]
+fn send_with_writes_in_place() {
+    let p = pair(Mode::File, EndpointOptions::default());
+    let payload = data(3 << 20, 7);
+    std::thread::scope(|s| {
+        let rx = s.spawn(|| {
+            let mut server = &p.server;
+            let mut got = Vec::new();
+            std::io::copy(&mut ReadRef(&mut server), &mut got).unwrap();
+            got
+        });
+        let err = p
+            .client
+            .send_with(|_| Err(std::io::Error::other("disk on fire")))
+            .unwrap_err();
+        assert_eq!(err.to_string(), "disk on fire");
+        let (mut off, mut piece) = (0, 1);
+        while off < payload.len() {
+            let end = (off + piece).min(payload.len());
+            off += if piece % 3 == 0 {
+                p.client.send(&payload[off..end]).unwrap()
+            } else {
+                p.client
+                    .send_with(|buf| {
+                        let n = buf.len().min(end - off);
+                        buf[..n].copy_from_slice(&payload[off..off + n]);
+                        Ok(n)
+                    })
+                    .unwrap()
+            };
+            piece = piece * 7 % 100_003 + 1;
+        }
+        assert_eq!(p.client.send_with(|_| Ok(0)).unwrap(), 0);
+        p.client.close().unwrap();
+        assert!(rx.join().unwrap() == payload, "received bytes differ");
+    });
+}
