@@ -22,9 +22,6 @@ use std::time::{Duration, Instant};
 /// Longest single wait on the condition variable before re-checking (a safety net: the I/O
 /// thread notifies on every change).
 const WAIT_SLICE: Duration = Duration::from_millis(100);
-/// Most bytes [`Connection::send_with`] offers its `fill` at once: reading 1 MiB from the page
-/// cache holds the lock about as long as [`Connection::send`] takes to copy it.
-pub const SEND_WITH_MAX: usize = 1 << 20;
 /// Live-mode reads re-check at least this often: delivery times pass without a packet.
 const LIVE_SLICE: Duration = Duration::from_millis(2);
 
@@ -447,44 +444,6 @@ impl Connection {
                     drop(g);
                     self.shared.wake_io();
                     return Ok(n);
-                }
-                Err(SendError::WouldBlock) => g = self.wait_for(g, WAIT_SLICE, Wait::Write)?,
-                Err(e) => return Err(send_error(e)),
-            }
-        }
-    }
-
-    /// Stream mode: waits for room in the send buffer, then lets `fill` write stream bytes
-    /// straight into it and queues the count it returns: the copy [`send`](Self::send) makes is
-    /// saved. For example `conn.send_with(|buf| file.read(buf))` reads a file into the buffer
-    /// the packets go out from. `fill` gets at most [`SEND_WITH_MAX`] bytes and runs under the
-    /// connection's lock, which the I/O thread needs too: keep it to one read. Its error, or
-    /// its `Ok(0)` (end of input), is returned as is and queues nothing.
-    pub fn send_with(
-        &self,
-        mut fill: impl FnMut(&mut [u8]) -> io::Result<usize>,
-    ) -> io::Result<usize> {
-        let mut g = self.shared.lock();
-        loop {
-            let c = g.ep.conn(self.id).ok_or_else(gone)?;
-            let mut failed = None;
-            let r = c.send_with(Instant::now(), |buf| {
-                let cap = buf.len().min(SEND_WITH_MAX);
-                match fill(&mut buf[..cap]) {
-                    Ok(n) => n,
-                    Err(e) => {
-                        failed = Some(e);
-                        0
-                    }
-                }
-            });
-            match r {
-                Ok(n) => {
-                    drop(g);
-                    if n > 0 {
-                        self.shared.wake_io();
-                    }
-                    return failed.map_or(Ok(n), Err);
                 }
                 Err(SendError::WouldBlock) => g = self.wait_for(g, WAIT_SLICE, Wait::Write)?,
                 Err(e) => return Err(send_error(e)),

@@ -133,21 +133,25 @@ pub fn send_stream<R: Read>(
     mut src: R,
     mut progress: impl FnMut(u64),
 ) -> io::Result<SendReport> {
+    let mut buf = vec![0u8; CHUNK];
     let mut hasher = Hasher::new();
     let mut total = 0u64;
     loop {
-        // Read straight into the send buffer (no copy of our own) and hash the bytes while
-        // they are in cache.
-        let n = match conn.send_with(|buf| {
-            let n = src.read(buf)?;
-            hasher.update(&buf[..n]);
-            Ok(n)
-        }) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
+        // Fill the chunk: large writes keep the lock traffic low.
+        let mut n = 0;
+        while n < buf.len() {
+            match src.read(&mut buf[n..]) {
+                Ok(0) => break,
+                Ok(k) => n += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        send_all(conn, &buf[..n])?;
         total += n as u64;
         progress(total);
     }

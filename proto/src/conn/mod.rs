@@ -623,28 +623,6 @@ impl Connection {
         Ok(n)
     }
 
-    /// Stream mode: lets `fill` write stream bytes straight into the send buffer's free space
-    /// (one contiguous span of it) and queues the count it returns, clamped to the span. This
-    /// saves [`send`](Self::send)'s copy, e.g. where the bytes come from a `read`. `fill` is
-    /// not called when the buffer is full ([`SendError::WouldBlock`]); a span may be shorter
-    /// than the free space (the ring wraps), so a `fill` that takes it all can be called again.
-    pub fn send_with(
-        &mut self,
-        now: Instant,
-        fill: impl FnOnce(&mut [u8]) -> usize,
-    ) -> Result<usize, SendError> {
-        self.check_send(Mode::File)?;
-        let space = self.sbuf.stream_space();
-        if space.is_empty() {
-            return Err(SendError::WouldBlock);
-        }
-        let n = fill(space).min(space.len());
-        let now_us = self.us(now);
-        self.sbuf.commit_stream(n, now_us);
-        self.input_rate.add(now_us, n);
-        Ok(n)
-    }
-
     /// Message or live mode: queues one whole message.
     pub fn send_message(&mut self, now: Instant, msg: &[u8]) -> Result<(), SendError> {
         if self.cfg.mode == Mode::File {

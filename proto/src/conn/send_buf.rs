@@ -137,55 +137,31 @@ impl SendBuffer {
         }
     }
 
-    /// Where the next stream byte goes, and how many contiguous bytes may follow it: the rest
-    /// of the last packet if it has not been sent yet, then whole free packets up to the end
-    /// of the ring (the next call continues at its start). (0, 0) when the buffer is full.
-    fn stream_span(&self) -> (usize, usize) {
-        let top_up = self.len > self.sent && {
-            let last = &self.meta[self.idx(self.len - 1)];
-            (last.len as usize) < self.slot_size
-        };
-        // The first free packet, and how many free ones follow it before the ring wraps.
-        let next = self.idx(self.len);
-        let free_run = (self.cap - self.len).min(self.cap - next);
-        if top_up {
+    /// Appends stream bytes: fills the last unsent packet, then new ones. Returns bytes taken.
+    pub fn push_stream(&mut self, mut data: &[u8], now_us: u64) -> usize {
+        let total = data.len();
+        // Top up the last packet if it has not been sent yet.
+        if self.len > self.sent && !data.is_empty() {
             let i = self.idx(self.len - 1);
-            let start = i * self.slot_size + self.meta[i].len as usize;
-            // Free packets extend the span only where they follow the last one in memory.
-            let run = if next == i + 1 { free_run } else { 0 };
-            (start, (i + 1 + run) * self.slot_size - start)
-        } else {
-            (next * self.slot_size, free_run * self.slot_size)
+            let used = self.meta[i].len as usize;
+            let n = (self.slot_size - used).min(data.len());
+            if n > 0 {
+                let off = i * self.slot_size + used;
+                self.data[off..off + n].copy_from_slice(&data[..n]);
+                self.meta[i].len += n as u32;
+                self.bytes += n as u64;
+                data = &data[n..];
+            }
         }
-    }
-
-    /// The free space the next stream bytes can be written into in place (see
-    /// [`commit_stream`](Self::commit_stream)); empty when the buffer is full.
-    pub fn stream_space(&mut self) -> &mut [u8] {
-        let (start, len) = self.stream_span();
-        &mut self.data[start..start + len]
-    }
-
-    /// Queues the first `n` bytes of [`stream_space`](Self::stream_space) (written there by
-    /// the caller) as stream data: they top up the last unsent packet, then fill new ones.
-    /// `n` beyond the space is ignored.
-    pub fn commit_stream(&mut self, n: usize, now_us: u64) {
-        let (_, space) = self.stream_span();
-        let mut n = n.min(space);
-        if self.len > self.sent && n > 0 {
-            let i = self.idx(self.len - 1);
-            let k = (self.slot_size - self.meta[i].len as usize).min(n);
-            self.meta[i].len += k as u32;
-            self.bytes += k as u64;
-            n -= k;
-        }
-        while n > 0 {
-            let k = self.slot_size.min(n);
+        while !data.is_empty() && self.len < self.cap {
+            let n = self.slot_size.min(data.len());
             let i = self.idx(self.len);
+            let off = i * self.slot_size;
+            self.data[off..off + n].copy_from_slice(&data[..n]);
             let msg_no = self.next_msg;
             self.next_msg = self.next_msg.next();
             self.meta[i] = SlotMeta {
-                len: k as u32,
+                len: n as u32,
                 msg_no,
                 pos: PacketPosition::Solo,
                 in_order: false,
@@ -194,22 +170,7 @@ impl SendBuffer {
                 retransmitted: false,
             };
             self.len += 1;
-            self.bytes += k as u64;
-            n -= k;
-        }
-    }
-
-    /// Appends stream bytes: fills the last unsent packet, then new ones. Returns bytes taken.
-    pub fn push_stream(&mut self, mut data: &[u8], now_us: u64) -> usize {
-        let total = data.len();
-        while !data.is_empty() {
-            let space = self.stream_space();
-            let n = space.len().min(data.len());
-            if n == 0 {
-                break;
-            }
-            space[..n].copy_from_slice(&data[..n]);
-            self.commit_stream(n, now_us);
+            self.bytes += n as u64;
             data = &data[n..];
         }
         total - data.len()
@@ -356,82 +317,6 @@ mod tests {
         assert_eq!(b.base(), SeqNo::new(0));
         assert!(b.grow());
         assert_eq!(b.get(SeqNo::new(0)).unwrap().1, &[1u8; 10]);
-    }
-
-    #[test]
-    fn writing_in_place_packs_like_pushing() {
-        // The same stream written with push_stream into one buffer and in place (through
-        // stream_space/commit_stream, in pieces of every size, across the ring's wrap and the
-        // unsent-packet top-up) into another: identical packets.
-        let isn = SeqNo::new(SeqNo::MAX - 3);
-        let (mut a, mut b) = (SendBuffer::new(7, 5, 5, isn), SendBuffer::new(7, 5, 5, isn));
-        let mut x = 0x9e37_79b9_u32;
-        let mut rnd = move |n: u32| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            (x % n) as usize
-        };
-        let mut next_byte = 0u8;
-        // The stream bytes queued and not yet acknowledged, independently of either buffer.
-        let mut model = std::collections::VecDeque::new();
-        for _ in 0..2000 {
-            match rnd(4) {
-                0 | 1 => {
-                    let want = rnd(20);
-                    let data: Vec<u8> = (0..want)
-                        .map(|_| {
-                            next_byte = next_byte.wrapping_add(1);
-                            next_byte
-                        })
-                        .collect();
-                    let taken = a.push_stream(&data, 0);
-                    model.extend(&data[..taken]);
-                    let space = b.stream_space();
-                    let n = space.len().min(taken);
-                    space[..n].copy_from_slice(&data[..n]);
-                    b.commit_stream(n, 0);
-                    // In place takes one contiguous span at a time: finish the piece.
-                    let space = b.stream_space();
-                    space[..taken - n].copy_from_slice(&data[n..taken]);
-                    b.commit_stream(taken - n, 0);
-                    // The bytes push_stream refused start the next piece.
-                    next_byte = next_byte.wrapping_sub((want - taken) as u8);
-                }
-                2 => {
-                    let seq = a.next_unsent();
-                    a.mark_sent(seq, 1, false);
-                    b.mark_sent(seq, 1, false);
-                }
-                _ => {
-                    let upto = a.base().add(rnd(3) as u32);
-                    let freed = a.ack(upto);
-                    assert_eq!(freed, b.ack(upto));
-                    model.drain(..freed.1 as usize);
-                }
-            }
-            assert_eq!(
-                (a.len(), a.bytes(), a.unsent()),
-                (b.len(), b.bytes(), b.unsent())
-            );
-            let mut held = Vec::new();
-            for k in 0..a.len() as u32 {
-                let s = a.base().add(k);
-                let (ma, da) = a.get(s).unwrap();
-                let (mb, db) = b.get(s).unwrap();
-                assert_eq!((da, ma.msg_no), (db, mb.msg_no), "packet {k}");
-                // Only a packet sent before it filled, or the newest, is short.
-                let newest = k + 1 == a.len() as u32;
-                let sent = (k as usize) < a.len() - a.unsent();
-                assert!(da.len() == 7 || newest || sent, "short unsent packet {k}");
-                held.extend_from_slice(da);
-            }
-            assert!(
-                held.iter().eq(model.iter()),
-                "held bytes differ from the stream"
-            );
-        }
-        assert!(b.stream_space().len() <= 35);
     }
 
     #[test]
