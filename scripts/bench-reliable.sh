@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Reliable 1 GiB transfer over loopback: slipstream send/recv (file to file in /dev/shm,
-# BLAKE3-verified end to end) against kernel TCP (iperf3, one stream, memory to memory and
+# digest-verified end to end) against kernel TCP (iperf3, one stream, memory to memory and
 # file to file with -F), alternating in the same run, REPEAT times each. Prints every run and
 # the medians: throughput (Gbit/s) and CPU seconds per GB (user + system of sender and
 # receiver processes together, from /usr/bin/time).
