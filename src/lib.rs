@@ -21,6 +21,8 @@ pub mod netem;
 pub mod plot;
 mod runtime;
 mod sys;
+#[cfg(target_os = "linux")]
+pub use sys::hugepage::HugePageAlloc;
 pub mod transfer;
 
 pub use api::{Connection, Endpoint, EndpointOptions};

@@ -7,6 +7,8 @@
 #![allow(unsafe_code)]
 
 #[cfg(target_os = "linux")]
+pub mod hugepage;
+#[cfg(target_os = "linux")]
 pub(crate) mod mmsg;
 #[cfg(target_os = "linux")]
 pub(crate) mod tun;
