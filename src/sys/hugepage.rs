@@ -1,4 +1,4 @@
-//! An allocator that backs large buffers with transparent huge pages.
+//! An allocator that can back large buffers with transparent huge pages.
 //!
 //! A transfer's send and receive buffers are tens of megabytes that every byte is copied
 //! through. On 4 KiB pages their first pass costs a page fault every 4 KiB (a quarter of a
@@ -9,10 +9,13 @@
 //! a harmless no-op where it is `never`). Everything smaller goes to the system allocator.
 //!
 //! The `slipstream` binary installs it as its global allocator; a program using the library
-//! may do the same. [`HugePageAlloc::disable`] (or `SLIPSTREAM_HUGEPAGES=0` for the binary)
-//! stops the advice: where the kernel compacts memory to find a huge page (`defrag` set to
-//! `madvise`, the default), a first touch can wait for that, which a latency-bound live
-//! stream may not want.
+//! may do the same. The advice is off until [`HugePageAlloc::enable`] (`SLIPSTREAM_HUGEPAGES=1`
+//! for the binary): over loopback, 1 GiB transfers ran 16 % faster with it at 9 % less CPU,
+//! but on an emulated 10 ms path with 1 % loss they lost up to 5 % of the link in most runs
+//! (docs/benchmarks.md), and the cause is not yet known. A huge page's first touch zeroes
+//! 2 MiB at once, and where the kernel compacts memory to find one (`defrag` set to
+//! `madvise`, the default) it can wait for that too. Without the advice large blocks are
+//! still mapped on their own, and go back to the kernel when freed.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,17 +25,22 @@ pub const HUGE_MIN: usize = 4 << 20;
 /// A transparent huge page (x86-64, arm64 with 4 KiB base pages).
 const HUGE_PAGE: usize = 2 << 20;
 
-static DISABLED: AtomicBool = AtomicBool::new(false);
+static ENABLED: AtomicBool = AtomicBool::new(false);
 
-/// The global allocator: the system's, with large allocations mapped on huge pages.
+/// The global allocator: the system's, with large allocations mapped on their own (on huge
+/// pages when enabled).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct HugePageAlloc;
 
 impl HugePageAlloc {
+    /// Asks for huge pages for the large blocks allocated from now on.
+    pub fn enable() {
+        ENABLED.store(true, Ordering::Relaxed);
+    }
     /// Stops asking for huge pages: large blocks allocated from now on get a mapping of
-    /// their own on small pages.
+    /// their own on small pages (the default).
     pub fn disable() {
-        DISABLED.store(true, Ordering::Relaxed);
+        ENABLED.store(false, Ordering::Relaxed);
     }
 }
 
@@ -47,8 +55,8 @@ fn mapped_len(size: usize) -> usize {
     size.div_ceil(HUGE_PAGE) * HUGE_PAGE
 }
 
-/// Maps `size` bytes (zero-filled, untouched until written) at a 2 MiB boundary and asks for
-/// huge pages there. Null when the kernel has no room.
+/// Maps `size` bytes (zero-filled, untouched until written) at a 2 MiB boundary and, when
+/// enabled, asks for huge pages there. Null when the kernel has no room.
 fn map(size: usize) -> *mut u8 {
     let len = mapped_len(size);
     let Some(span) = len.checked_add(HUGE_PAGE) else {
@@ -81,7 +89,7 @@ fn map(size: usize) -> *mut u8 {
         if tail > 0 {
             libc::munmap((start + len) as *mut libc::c_void, tail);
         }
-        if !DISABLED.load(Ordering::Relaxed) {
+        if ENABLED.load(Ordering::Relaxed) {
             // Advice only: if the kernel declines, the block works on small pages.
             libc::madvise(start as *mut libc::c_void, len, libc::MADV_HUGEPAGE);
         }
