@@ -80,22 +80,7 @@ fn transfer(
         if link_at_1s.is_none() && now - start >= Duration::from_secs(1) {
             link_at_1s = Some(p.ab.stats());
         }
-        if let Some(c) = p.a.conn(ca) {
-            while sent < data.len() {
-                match c.send(now, &data[sent..]) {
-                    Ok(n) => sent += n,
-                    Err(_) => break,
-                }
-            }
-        }
-        let c = p.b.conn(cb).expect("receiver");
-        while let Ok(n) = c.recv(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            assert!(buf[..n] == data[got as usize..got as usize + n], "content");
-            got += n as u64;
-        }
+        pump(p, (ca, cb), &data, (&mut sent, &mut got), &mut buf);
         if got >= len as u64 && end.is_none() {
             end = Some(p.now);
         }
@@ -109,6 +94,35 @@ fn transfer(
         done,
         link: p.ab.stats(),
         link_at_1s: link_at_1s.unwrap_or_default(),
+    }
+}
+
+/// Offers the sender of `conns` the rest of `data` and reads what its receiver has, checking
+/// it against `data`; advances `sent` and `got`.
+fn pump(
+    p: &mut Pair,
+    (ca, cb): (ConnId, ConnId),
+    data: &[u8],
+    (sent, got): (&mut usize, &mut u64),
+    buf: &mut [u8],
+) {
+    let now = p.now;
+    if let Some(c) = p.a.conn(ca) {
+        while *sent < data.len() {
+            match c.send(now, &data[*sent..]) {
+                Ok(n) => *sent += n,
+                Err(_) => break,
+            }
+        }
+    }
+    let c = p.b.conn(cb).expect("receiver");
+    while let Ok(n) = c.recv(buf) {
+        if n == 0 {
+            break;
+        }
+        let at = *got as usize;
+        assert!(buf[..n] == data[at..at + n], "content");
+        *got += n as u64;
     }
 }
 
@@ -456,21 +470,7 @@ fn after_step_up(seed: u64, at: Duration, window: Duration) -> u64 {
             p.ab.set_config(bottleneck(delay_ms, 0.0, RATE_BPS, BDP_BYTES));
             at_step = Some(got);
         }
-        if let Some(c) = p.a.conn(ca) {
-            while sent < data.len() {
-                match c.send(now, &data[sent..]) {
-                    Ok(n) => sent += n,
-                    Err(_) => break,
-                }
-            }
-        }
-        let c = p.b.conn(cb).expect("receiver");
-        while let Ok(n) = c.recv(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            got += n as u64;
-        }
+        pump(p, (ca, cb), &data, (&mut sent, &mut got), &mut buf);
         false
     });
     got - at_step.expect("the step came")
