@@ -20,7 +20,8 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Allocations of at least this many bytes get a mapping of their own with huge pages.
+/// Allocations of at least this many bytes get a mapping of their own (on huge pages when
+/// enabled).
 pub const HUGE_MIN: usize = 4 << 20;
 /// A transparent huge page (x86-64, arm64 with 4 KiB base pages).
 const HUGE_PAGE: usize = 2 << 20;
