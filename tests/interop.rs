@@ -54,11 +54,31 @@ fn finish(p: Proc, limit: Duration) -> (bool, String) {
     }
 }
 
-fn scratch(name: &str) -> PathBuf {
+/// A scratch directory, removed when the test ends (kept, and named, when it fails).
+struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = PathBuf;
+    fn deref(&self) -> &PathBuf {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("scratch files kept in {}", self.0.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+fn scratch(name: &str) -> Scratch {
     let d = std::env::temp_dir().join(format!("slipstream-interop-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).expect("scratch dir");
-    d
+    Scratch(d)
 }
 
 fn random_file(path: &Path, len: usize) -> Vec<u8> {
