@@ -10,12 +10,19 @@
 //!
 //! The loop allocates nothing per packet: receive and transmit slots are allocated once (and
 //! grown only when a connection with a larger MSS appears).
+//!
+//! Where the datapath gathers ([`Datapath::gathers`]), data packets are not copied out of the
+//! send buffers: the engine writes their headers only, and the batch goes to the kernel,
+//! headers and payloads in place, before the lock is released (the payloads live in the
+//! engine, which only the lock holder may read). Otherwise the engine copies whole datagrams
+//! into the loop's buffer and the batch is sent after unlocking.
 
-use crate::datapath::{Datapath, DatapathStats, Tx, Waker, MAX_UDP_PAYLOAD};
+use crate::datapath::{Datapath, DatapathStats, Tx, TxGather, Waker, MAX_UDP_PAYLOAD};
 use slipstream_proto::conn::Event;
-use slipstream_proto::endpoint::{ConnId, Endpoint};
+use slipstream_proto::endpoint::{ConnId, Endpoint, PayloadRef};
 use std::collections::VecDeque;
 use std::io;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -23,6 +30,10 @@ use std::time::{Duration, Instant};
 
 /// Most datagrams sent per loop iteration.
 const TX_DATAGRAMS: usize = 256;
+/// Most payload bytes per gather send: it runs under the lock (see [`IoLoop::gather`]), and
+/// application threads wait for that lock to queue data or read it. About a millisecond of
+/// copying in the kernel.
+const GATHER_BYTES: usize = 4 << 20;
 /// Smallest slot size: an Ethernet-MTU datagram plus room for a jumbo-ish peer.
 const MIN_SLOT: usize = 2048;
 /// Deadlines closer than this are slept for this long instead: a wake-up per paced packet
@@ -179,6 +190,7 @@ pub(crate) fn spawn(
         shared: shared.clone(),
         tx_buf: vec![0; TX_DATAGRAMS * slot],
         txs: Vec::with_capacity(TX_DATAGRAMS),
+        gather: Vec::with_capacity(TX_DATAGRAMS),
         slot,
         since_notify: 0,
         unnotified_since: None,
@@ -196,6 +208,9 @@ struct IoLoop {
     /// Outgoing datagrams, packed back to back so that runs can go out as one GSO send.
     tx_buf: Vec<u8>,
     txs: Vec<Tx>,
+    /// The batch of a gather send: each datagram's destination, its bytes in `tx_buf` (the
+    /// header, or a whole control packet) and the payload it names.
+    gather: Vec<(SocketAddr, usize, usize, Option<PayloadRef>)>,
     slot: usize,
     /// Datagrams handled since application threads were last woken.
     since_notify: usize,
@@ -289,6 +304,28 @@ impl IoLoop {
         true
     }
 
+    /// Polls the engine for a gather send (see the module documentation): headers and
+    /// control packets packed in `tx_buf`, payloads named. Returns whether the batch filled
+    /// up (more may be ready).
+    fn collect_gather(&mut self, g: &mut State, now: Instant) -> bool {
+        self.gather.clear();
+        let (mut at, mut bytes) = (0, 0);
+        while self.gather.len() < TX_DATAGRAMS && bytes < GATHER_BYTES {
+            if at + self.slot > self.tx_buf.len() {
+                return true;
+            }
+            let Some((t, payload)) =
+                g.ep.poll_transmit_gather(now, &mut self.tx_buf[at..at + self.slot])
+            else {
+                return false;
+            };
+            bytes += t.len + payload.and_then(|p| g.ep.payload(p)).map_or(0, <[u8]>::len);
+            self.gather.push((t.dst, at, t.len, payload));
+            at += t.len;
+        }
+        true
+    }
+
     fn run(mut self) {
         let result = self.event_loop();
         let mut g = self.shared.lock();
@@ -355,7 +392,21 @@ impl IoLoop {
                 self.slot = g.max_mss;
                 self.tx_buf = vec![0; TX_DATAGRAMS * self.slot];
             }
-            let full = self.collect_transmits(&mut g, now);
+            let gather = self.dp.gathers();
+            let full = if gather {
+                self.collect_gather(&mut g, now)
+            } else {
+                self.collect_transmits(&mut g, now)
+            };
+            if gather && !self.gather.is_empty() {
+                // The payloads are read in place: send before anything changes the engine.
+                let batch = Gathered {
+                    buf: &self.tx_buf,
+                    list: &self.gather,
+                    ep: &g.ep,
+                };
+                self.dp.send_gather(&batch)?;
+            }
             if !full && !g.to_remove.is_empty() {
                 // Every pending datagram (a closing shutdown) has been polled: forget them.
                 let st = &mut *g;
@@ -415,7 +466,7 @@ impl IoLoop {
                 shared.cond.notify_all();
             }
 
-            if !self.txs.is_empty() {
+            if !gather && !self.txs.is_empty() {
                 // Datagrams the kernel had no room for are lost; the protocol recovers them.
                 self.dp.send(&self.tx_buf, &self.txs)?;
             }
@@ -431,6 +482,35 @@ impl IoLoop {
                 return Ok(());
             }
         }
+    }
+}
+
+/// A gather batch as the datapath reads it: headers from the loop's buffer, payloads from
+/// the engine's send buffers (which the lock keeps unchanged for the call).
+struct Gathered<'a> {
+    buf: &'a [u8],
+    list: &'a [(SocketAddr, usize, usize, Option<PayloadRef>)],
+    ep: &'a Endpoint,
+}
+
+impl TxGather for Gathered<'_> {
+    fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    fn get(&self, i: usize) -> (SocketAddr, &[u8], &[u8]) {
+        let (dst, at, len, payload) = self.list[i];
+        // Every payload named is held: the engine accounted it as sent when it was polled,
+        // and only acknowledgements, timers and application operations release or move
+        // send-buffer data, none of which can run between the poll and this read (both
+        // under one lock hold).
+        let tail = payload.and_then(|p| self.ep.payload(p));
+        debug_assert!(
+            payload.is_none() || tail.is_some(),
+            "a polled payload vanished"
+        );
+        let tail = tail.unwrap_or(&[]);
+        (dst, &self.buf[at..at + len], tail)
     }
 }
 

@@ -44,6 +44,14 @@ pub struct Transmit {
     pub len: usize,
 }
 
+/// A data packet's payload left in its connection's send buffer by
+/// [`Endpoint::poll_transmit_gather`]; read it with [`Endpoint::payload`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PayloadRef {
+    conn: u32,
+    seq: SeqNo,
+}
+
 /// Endpoint-wide settings.
 #[derive(Debug, Clone)]
 pub struct EndpointConfig {
@@ -326,6 +334,35 @@ impl Endpoint {
 
     /// Writes the next datagram into `buf` (at least 1500 bytes, or the largest MSS in use).
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        self.poll_transmit_inner(now, buf, false).map(|(t, _)| t)
+    }
+
+    /// Like [`Endpoint::poll_transmit`], but a data packet's payload is not copied into
+    /// `buf`: only its header is (the [`Transmit`] length counts the header), and the
+    /// payload is named by the [`PayloadRef`], to be sent right behind the header by a
+    /// gather send. Read every payload with [`Endpoint::payload`] after polling and before
+    /// anything else changes the endpoint (handling datagrams or timers, application
+    /// operations, removing connections).
+    pub fn poll_transmit_gather(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+    ) -> Option<(Transmit, Option<PayloadRef>)> {
+        self.poll_transmit_inner(now, buf, true)
+    }
+
+    /// The payload a [`PayloadRef`] names, while its connection's send buffer holds it.
+    pub fn payload(&self, r: PayloadRef) -> Option<&[u8]> {
+        let i = *self.index.get(&r.conn)?;
+        self.conns.get(i)?.payload(r.seq)
+    }
+
+    fn poll_transmit_inner(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        gather: bool,
+    ) -> Option<(Transmit, Option<PayloadRef>)> {
         while let Some((dst, sock, hs)) = self.responses.pop_front() {
             let ts = now.saturating_duration_since(self.start).as_micros() as u32;
             let ctl = Control {
@@ -335,21 +372,33 @@ impl Endpoint {
             };
             if let Some(len) = ctl.emit(buf) {
                 self.stats.datagrams_out += 1;
-                return Some(Transmit { dst, len });
+                return Some((Transmit { dst, len }, None));
             }
         }
         let n = self.conns.len();
         for k in 0..n {
             let i = (self.rr + k) % n;
             let c = &mut self.conns[i];
-            if let Some(len) = c.poll_transmit(now, buf) {
+            let polled = if gather {
+                c.poll_transmit_gather(now, buf)
+            } else {
+                c.poll_transmit(now, buf).map(|n| (n, None))
+            };
+            if let Some((len, seq)) = polled {
                 // Stay on this connection while it has data; move on when it runs dry.
                 self.rr = i;
                 self.stats.datagrams_out += 1;
-                return Some(Transmit {
-                    dst: c.peer_addr(),
-                    len,
+                let payload = seq.map(|seq| PayloadRef {
+                    conn: c.local_id(),
+                    seq,
                 });
+                return Some((
+                    Transmit {
+                        dst: c.peer_addr(),
+                        len,
+                    },
+                    payload,
+                ));
             }
         }
         self.rr = if n > 0 { (self.rr + 1) % n } else { 0 };

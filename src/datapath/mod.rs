@@ -164,6 +164,19 @@ impl Default for RxMeta {
     }
 }
 
+/// The datagrams of a [`Datapath::send_gather`]: each one's destination, header and payload,
+/// borrowed for the call.
+pub trait TxGather {
+    /// How many datagrams.
+    fn len(&self) -> usize;
+    /// Whether there are none.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Datagram `i` (`i < len()`): destination, header, payload (either may be empty).
+    fn get(&self, i: usize) -> (SocketAddr, &[u8], &[u8]);
+}
+
 /// Buffers a batch's datagrams live in when they are not one contiguous region (io_uring's
 /// provided buffers: one slot per completion, each owned by the datapath until its next
 /// receive).
@@ -310,6 +323,25 @@ pub trait Datapath: Send + std::fmt::Debug {
     /// treats the rest as lost. A full socket buffer is waited out (back-pressure).
     fn send(&mut self, buf: &[u8], txs: &[Tx]) -> io::Result<usize>;
 
+    /// Whether [`Datapath::send_gather`] sends without copying (the caller then keeps its
+    /// payloads where they are instead of copying them into its own buffer).
+    fn gathers(&self) -> bool {
+        false
+    }
+
+    /// Sends `dgrams`, each a header and a payload from anywhere (the kernel gathers the two
+    /// parts; consecutive datagrams of one size to one destination go out as one
+    /// segmentation-offload send where [`Datapath::max_segments`] allows). Same result and
+    /// back-pressure as [`Datapath::send`], counted in datagrams. Backends that do not gather
+    /// ([`Datapath::gathers`] false) refuse with `Unsupported`.
+    fn send_gather(&mut self, dgrams: &dyn TxGather) -> io::Result<usize> {
+        let _ = dgrams;
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this datapath does not gather",
+        ))
+    }
+
     /// Waits up to `timeout` (`None` = forever, zero = do not wait) for at least one datagram,
     /// then takes whatever else is ready without blocking. An empty batch means timeout or
     /// wake-up.
@@ -378,6 +410,12 @@ impl<D: Datapath + ?Sized> Datapath for Box<D> {
     }
     fn send(&mut self, buf: &[u8], txs: &[Tx]) -> io::Result<usize> {
         (**self).send(buf, txs)
+    }
+    fn gathers(&self) -> bool {
+        (**self).gathers()
+    }
+    fn send_gather(&mut self, dgrams: &dyn TxGather) -> io::Result<usize> {
+        (**self).send_gather(dgrams)
     }
     fn recv(&mut self, timeout: Option<Duration>) -> io::Result<RxBatch<'_>> {
         (**self).recv(timeout)

@@ -13,6 +13,10 @@
 //!   the call early (the rest is counted lost); other errors skip one message. If the kernel
 //!   refuses GSO (EIO, EINVAL) the datapath counts `degraded`, stops using GSO and resends
 //!   that run datagram by datagram.
+//! - `send_gather(dgrams)` (not the zero-copy variant): the datagrams are grouped into runs
+//!   as the caller of `send` groups them (one destination, one size, the last may be
+//!   shorter), and each message's iovecs point at the headers and payloads where they are,
+//!   two per datagram; otherwise as `send`.
 //! - `recv(timeout)`: one `recvmmsg` into [`RX_SLOTS`] slots of [`RX_SLOT`] bytes; a
 //!   coalesced (GRO) datagram is split at its `gso_size` into separate entries of the batch,
 //!   which borrows the slots until the next call.
@@ -25,7 +29,9 @@
 // The datapath registry (`datapath::open`) wires these in; until then only tests use them.
 
 use super::zerocopy::{Completions, SO_ZEROCOPY};
-use crate::datapath::{Datapath, DatapathStats, RxBatch, RxMeta, Tx, Waker, MAX_UDP_PAYLOAD};
+use crate::datapath::{
+    Datapath, DatapathStats, RxBatch, RxMeta, Tx, TxGather, Waker, MAX_UDP_PAYLOAD,
+};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use serde::Serialize;
 use std::io;
@@ -42,6 +48,8 @@ pub(crate) const RX_SLOTS: usize = 64;
 pub(crate) const RX_SLOT: usize = 1 << 16;
 /// Datagrams per GSO send offered to the caller (the kernel takes up to 64 or 128).
 pub(crate) const GSO_MAX_SEGMENTS: usize = 64;
+/// Iovecs per gathered message: a header and a payload per datagram.
+const GATHER_IOVS: usize = 2 * GSO_MAX_SEGMENTS;
 /// How long a zero-copy send waits for the kernel to release its buffers before giving up
 /// (the pages stay pinned by the kernel, so memory stays sound; only the bytes on the wire
 /// could change if the caller reuses the buffer).
@@ -184,6 +192,20 @@ macro_rules! forward_datapath {
             fn send(&mut self, buf: &[u8], txs: &[Tx]) -> io::Result<usize> {
                 self.core.send(buf, txs)
             }
+            fn gathers(&self) -> bool {
+                // A zero-copy send may leave the kernel reading after the call returns (see
+                // ZC_WAIT): only copying sends may point into someone else's memory.
+                self.core.zc.is_none()
+            }
+            fn send_gather(&mut self, dgrams: &dyn TxGather) -> io::Result<usize> {
+                if self.core.zc.is_some() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::Unsupported,
+                        "zero-copy sends do not gather",
+                    ));
+                }
+                self.core.send_gather(dgrams)
+            }
             fn recv(&mut self, timeout: Option<Duration>) -> io::Result<RxBatch<'_>> {
                 self.core.recv(timeout)
             }
@@ -229,6 +251,13 @@ struct Cursor {
     seg: usize,
 }
 
+/// Where the bytes of a send are: one buffer the runs index, or datagrams the runs number.
+#[derive(Clone, Copy)]
+enum Src<'a> {
+    Buf(&'a [u8]),
+    Gather(&'a dyn TxGather),
+}
+
 /// What one prepared message carries.
 #[derive(Debug, Clone, Copy)]
 struct Msg {
@@ -250,10 +279,15 @@ struct Ctrl([u8; 64]);
 #[repr(C, align(8))]
 struct RawAddr([u8; 28]);
 
-/// Send-side arrays: header `i` points at `iovs[i]`, `addrs[i]` and `ctrls[i]`.
+/// Send-side arrays: header `i` points at `iovs[i]` (a gather send: at the
+/// `2 * GSO_MAX_SEGMENTS` iovecs from `giovs[i * 2 * GSO_MAX_SEGMENTS]`), `addrs[i]` and
+/// `ctrls[i]`.
 struct TxArrays {
     hdrs: Vec<libc::mmsghdr>,
     iovs: Vec<libc::iovec>,
+    giovs: Vec<libc::iovec>,
+    /// The runs of the current gather send (`offset` is a datagram index there).
+    gruns: Vec<Tx>,
     addrs: Vec<RawAddr>,
     ctrls: Vec<Ctrl>,
     msgs: Vec<Msg>,
@@ -269,8 +303,8 @@ struct RxArrays {
 }
 
 // SAFETY: the raw pointers in the headers and iovecs point only into buffers owned by the
-// same struct (heap allocations that move with it) or, during one `send` call, into the
-// caller's buffer; they are rewritten before every system call and never dereferenced by
+// same struct (heap allocations that move with it) or, during one `send` or `send_gather`
+// call, into the caller's buffers; they are rewritten before every system call and never dereferenced by
 // this code, so moving the arrays to another thread is sound.
 unsafe impl Send for TxArrays {}
 // SAFETY: as for `TxArrays`: the pointers target the struct's own heap buffers only.
@@ -354,6 +388,8 @@ impl Core {
             tx: TxArrays {
                 hdrs: vec![zeroed_mmsghdr(); TX_MSGS],
                 iovs: vec![empty_iovec(); TX_MSGS],
+                giovs: vec![empty_iovec(); TX_MSGS * GATHER_IOVS],
+                gruns: Vec::with_capacity(TX_MSGS * GSO_MAX_SEGMENTS),
                 addrs: vec![RawAddr([0; 28]); TX_MSGS],
                 ctrls: vec![Ctrl([0; 64]); TX_MSGS],
                 msgs: Vec::with_capacity(TX_MSGS),
@@ -412,6 +448,43 @@ impl Core {
                 "transmit run outside the buffer",
             ));
         }
+        self.send_runs(Src::Buf(buf), txs)
+    }
+
+    /// Groups `dgrams` into runs as [`Datapath::send`]'s callers do (one destination, one
+    /// size, the last datagram may be shorter, within the GSO and UDP limits; without GSO,
+    /// one datagram a run) and sends them, two iovecs a datagram. Returns datagrams dealt
+    /// with (all, unless ENOBUFS ended the send early).
+    fn send_gather(&mut self, dgrams: &dyn TxGather) -> io::Result<usize> {
+        let mut runs = std::mem::take(&mut self.tx.gruns);
+        runs.clear();
+        let max_segments = if self.gso { GSO_MAX_SEGMENTS } else { 1 };
+        for i in 0..dgrams.len() {
+            let (dst, head, tail) = dgrams.get(i);
+            let len = head.len() + tail.len();
+            let extends = runs.last().is_some_and(|run: &Tx| {
+                run.dst == dst
+                    && run.datagrams() * run.segment_size == run.len
+                    && len <= run.segment_size
+                    && len > 0
+                    && run.datagrams() < max_segments
+                    && run.len + len <= MAX_UDP_PAYLOAD
+            });
+            match runs.last_mut() {
+                Some(run) if extends => run.len += len,
+                _ => runs.push(Tx::single(dst, i, len)),
+            }
+        }
+        let r = self.send_runs(Src::Gather(dgrams), &runs);
+        let done = match &r {
+            Ok(k) => runs[..*k].iter().map(Tx::datagrams).sum(),
+            Err(_) => 0,
+        };
+        self.tx.gruns = runs;
+        r.map(|_| done)
+    }
+
+    fn send_runs(&mut self, src: Src<'_>, txs: &[Tx]) -> io::Result<usize> {
         let flags = if self.zc.is_some() {
             libc::MSG_ZEROCOPY
         } else {
@@ -420,7 +493,7 @@ impl Core {
         let mut cur = Cursor { tx: 0, seg: 0 };
         let mut retried_at = None;
         while cur.tx < txs.len() {
-            let n = self.prepare(buf, txs, cur);
+            let n = self.prepare(src, txs, cur);
             match self.sendmmsg(n, flags) {
                 Ok(k) => {
                     for m in &self.tx.msgs[..k] {
@@ -463,7 +536,7 @@ impl Core {
                             // The kernel refuses segmentation offload (no checksum offload
                             // on the route, segments larger than the route's MTU, ...) or
                             // the destination itself: the first datagram alone tells which.
-                            cur = self.retry_without_gso(buf, txs, first);
+                            cur = self.retry_without_gso(src, txs, first);
                         }
                         _ => {
                             self.stats.send_errors += first.datagrams as u64;
@@ -481,9 +554,9 @@ impl Core {
     /// alone. If that goes, GSO was the problem: it is given up for good (counted in
     /// `degraded`) and the send continues datagram by datagram. If not, the run itself is
     /// bad: it is counted in `send_errors` and skipped, and GSO stays. Returns where to go on.
-    fn retry_without_gso(&mut self, buf: &[u8], txs: &[Tx], failed: Msg) -> Cursor {
+    fn retry_without_gso(&mut self, src: Src<'_>, txs: &[Tx], failed: Msg) -> Cursor {
         self.gso = false;
-        self.prepare(buf, txs, failed.at);
+        self.prepare(src, txs, failed.at);
         let flags = if self.zc.is_some() {
             libc::MSG_ZEROCOPY
         } else {
@@ -511,7 +584,7 @@ impl Core {
     }
 
     /// Fills the send headers from `cur` on; returns how many.
-    fn prepare(&mut self, buf: &[u8], txs: &[Tx], mut cur: Cursor) -> usize {
+    fn prepare(&mut self, src: Src<'_>, txs: &[Tx], mut cur: Cursor) -> usize {
         let t = &mut self.tx;
         t.msgs.clear();
         while t.msgs.len() < TX_MSGS && cur.tx < txs.len() {
@@ -525,8 +598,6 @@ impl Core {
             } else {
                 1
             };
-            let start = tx.offset + (cur.seg * seg).min(tx.len);
-            let end = (start + count * seg).min(tx.offset + tx.len);
             let next = if cur.seg + count >= total {
                 Cursor {
                     tx: cur.tx + 1,
@@ -539,19 +610,43 @@ impl Core {
                 }
             };
             let i = t.msgs.len();
-            t.iovs[i] = libc::iovec {
-                // The kernel only reads through this pointer (sendmsg never writes the
-                // payload); the range was checked to lie in `buf`.
-                iov_base: buf[start..end].as_ptr() as *mut libc::c_void,
-                iov_len: end - start,
+            // The kernel only reads through these pointers (sendmsg never writes the
+            // payload); a buffer's range was checked to lie in it.
+            let (iov, iovlen): (*mut libc::iovec, usize) = match src {
+                Src::Buf(buf) => {
+                    let start = tx.offset + (cur.seg * seg).min(tx.len);
+                    let end = (start + count * seg).min(tx.offset + tx.len);
+                    t.iovs[i] = libc::iovec {
+                        iov_base: buf[start..end].as_ptr() as *mut libc::c_void,
+                        iov_len: end - start,
+                    };
+                    (&mut t.iovs[i], 1)
+                }
+                Src::Gather(g) => {
+                    let base = i * GATHER_IOVS;
+                    let mut k = 0;
+                    for d in 0..count {
+                        let (_, head, tail) = g.get(tx.offset + cur.seg + d);
+                        for part in [head, tail] {
+                            if !part.is_empty() && k < GATHER_IOVS {
+                                t.giovs[base + k] = libc::iovec {
+                                    iov_base: part.as_ptr() as *mut libc::c_void,
+                                    iov_len: part.len(),
+                                };
+                                k += 1;
+                            }
+                        }
+                    }
+                    (&mut t.giovs[base], k)
+                }
             };
             let namelen = encode_addr(tx.dst, self.v6, &mut t.addrs[i]);
             let h = &mut t.hdrs[i];
             h.msg_len = 0;
             h.msg_hdr.msg_name = t.addrs[i].0.as_mut_ptr().cast();
             h.msg_hdr.msg_namelen = namelen;
-            h.msg_hdr.msg_iov = &mut t.iovs[i];
-            h.msg_hdr.msg_iovlen = 1;
+            h.msg_hdr.msg_iov = iov;
+            h.msg_hdr.msg_iovlen = iovlen as _;
             h.msg_hdr.msg_flags = 0;
             if count > 1 {
                 let len = write_cmsg(
@@ -604,8 +699,9 @@ impl Core {
         }
         self.stats.syscalls += 1;
         // SAFETY: the first `n` headers were filled by `prepare` for this call: names point at
-        // `self.tx.addrs`, iovecs at `self.tx.iovs` (which point into the caller's buffer,
-        // borrowed for the whole `send`), control at `self.tx.ctrls`, all with their lengths.
+        // `self.tx.addrs`, iovecs at `self.tx.iovs` or `self.tx.giovs` (which point into the
+        // caller's buffers, borrowed for the whole `send` or `send_gather`), control at
+        // `self.tx.ctrls`, all with their lengths.
         let r = unsafe {
             libc::sendmmsg(
                 self.sock.as_raw_fd(),
@@ -1015,6 +1111,90 @@ mod tests {
     #[test]
     fn round_trip_with_gso() {
         round_trip(true);
+    }
+
+    /// Datagrams as a gathering caller hands them over: a header and a payload apart.
+    struct Parts(Vec<(SocketAddr, Vec<u8>, Vec<u8>)>);
+
+    impl TxGather for Parts {
+        fn len(&self) -> usize {
+            self.0.len()
+        }
+        fn get(&self, i: usize) -> (SocketAddr, &[u8], &[u8]) {
+            let (dst, head, tail) = &self.0[i];
+            (*dst, head, tail)
+        }
+    }
+
+    /// The datagrams of [`runs`], each cut into a 16-byte header and its payload (shorter
+    /// ones are all header), and one to a second receiver in the middle of a run of equal
+    /// sizes: every datagram arrives whole, at its destination, in order.
+    fn gather_round_trip(gso: bool) {
+        let mut a = Mmsg::bind(lo(), gso).unwrap();
+        let mut b = Mmsg::bind(lo(), gso).unwrap();
+        let mut c = Mmsg::bind(lo(), gso).unwrap();
+        let (bd, cd) = (b.local_addr().unwrap(), c.local_addr().unwrap());
+        let (buf, txs) = runs(bd);
+        let mut parts: Vec<_> = expected(&buf, &txs)
+            .into_iter()
+            .map(|d| {
+                let cut = d.len().min(16);
+                (bd, d[..cut].to_vec(), d[cut..].to_vec())
+            })
+            .collect();
+        let odd = parts[3].clone();
+        parts.insert(3, (cd, odd.1, odd.2));
+        let parts = Parts(parts);
+        assert!(a.gathers());
+        assert_eq!(a.send_gather(&parts).unwrap(), parts.len());
+        let want = |dst| -> Vec<Vec<u8>> {
+            parts
+                .0
+                .iter()
+                .filter(|p| p.0 == dst)
+                .map(|p| [&p.1[..], &p.2[..]].concat())
+                .collect()
+        };
+        let (want_b, want_c) = (want(bd), want(cd));
+        let got_b: Vec<_> = collect(&mut b, want_b.len())
+            .into_iter()
+            .map(|(_, d)| d)
+            .collect();
+        let got_c: Vec<_> = collect(&mut c, want_c.len())
+            .into_iter()
+            .map(|(_, d)| d)
+            .collect();
+        assert_eq!(got_b, want_b);
+        assert_eq!(got_c, want_c);
+        let sa = a.stats();
+        assert_eq!(sa.sent, parts.len() as u64);
+        assert_eq!(sa.send_errors + sa.send_nobufs + sa.degraded, 0);
+        assert_eq!(sa.syscalls, 1, "one sendmmsg for the whole batch");
+        assert_eq!(sa.gso_sends > 0, gso, "{sa:?}");
+    }
+
+    #[test]
+    fn gather_round_trip_with_gso() {
+        gather_round_trip(true);
+    }
+
+    #[test]
+    fn gather_round_trip_without_gso() {
+        gather_round_trip(false);
+    }
+
+    #[test]
+    fn zero_copy_sends_do_not_gather() {
+        let mut z = match MsgZerocopy::bind(lo()) {
+            Ok(z) => z,
+            Err(e) => panic!("MSG_ZEROCOPY not available: {e}"),
+        };
+        assert!(!z.gathers());
+        let parts = Parts(vec![(lo(), vec![1], vec![2])]);
+        assert_eq!(
+            z.send_gather(&parts).unwrap_err().kind(),
+            io::ErrorKind::Unsupported
+        );
     }
 
     #[test]

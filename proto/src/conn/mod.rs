@@ -596,17 +596,46 @@ impl Connection {
 
     /// Writes the next datagram to send into `buf` (at least the MSS long). Returns its length.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        self.poll_transmit_inner(now, buf, false).map(|(n, _)| n)
+    }
+
+    /// Like [`Connection::poll_transmit`], but a data packet's payload is not copied: only
+    /// its header goes into `buf` (which must hold at least a control packet), and the
+    /// sequence number returned names the payload, to be read with
+    /// [`Connection::payload`] and sent right behind the header (a gather send). Read it
+    /// before anything else changes the connection: until then it is exactly what was
+    /// accounted as sent.
+    pub fn poll_transmit_gather(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+    ) -> Option<(usize, Option<SeqNo>)> {
+        self.poll_transmit_inner(now, buf, true)
+    }
+
+    fn poll_transmit_inner(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        gather: bool,
+    ) -> Option<(usize, Option<SeqNo>)> {
         let now_us = self.us(now);
-        let n = match self.poll_control(now_us, buf) {
-            Some(n) => n,
+        let out = match self.poll_control(now_us, buf) {
+            Some(n) => (n, None),
             None => {
-                let n = self.poll_data(now_us, buf)?;
+                let (n, seq) = self.poll_data(now_us, buf, gather)?;
                 self.last_data_us = now_us;
-                n
+                (n, gather.then_some(seq))
             }
         };
         self.last_send_us = now_us;
-        Some(n)
+        Some(out)
+    }
+
+    /// The payload of data packet `seq` while the send buffer holds it (see
+    /// [`Connection::poll_transmit_gather`]).
+    pub fn payload(&self, seq: SeqNo) -> Option<&[u8]> {
+        self.sbuf.get(seq).map(|(_, p)| p)
     }
 
     // ---- application operations ----

@@ -119,7 +119,15 @@ impl Connection {
         (beyond + self.sbuf.retransmitted()).min(sent)
     }
 
-    pub(super) fn poll_data(&mut self, now_us: u64, buf: &mut [u8]) -> Option<usize> {
+    /// The next data packet due: its header, and its payload too unless `gather` (then only
+    /// the header is written; the payload stays in the send buffer under its sequence
+    /// number). Returns the bytes written and the sequence number.
+    pub(super) fn poll_data(
+        &mut self,
+        now_us: u64,
+        buf: &mut [u8],
+        gather: bool,
+    ) -> Option<(usize, SeqNo)> {
         if !matches!(self.state, State::Connected | State::Closing)
             || (now_us as f64) + PACING_QUANTUM_US < self.next_send_us
         {
@@ -139,11 +147,11 @@ impl Connection {
             {
                 continue;
             }
-            return self.emit_data(now_us, seq, true, buf);
+            return self.emit_data(now_us, seq, true, buf, gather);
         }
         if self.sbuf.unsent() > 0 && self.window_open() {
             let seq = self.sbuf.next_unsent();
-            return self.emit_data(now_us, seq, false, buf);
+            return self.emit_data(now_us, seq, false, buf, gather);
         }
         // Due to send and nothing to send (no data, or the window is full): the time waited
         // here earns no credit. Only time the sender was kept from sending (not running) does.
@@ -164,9 +172,14 @@ impl Connection {
         seq: SeqNo,
         rexmit: bool,
         buf: &mut [u8],
-    ) -> Option<usize> {
+        gather: bool,
+    ) -> Option<(usize, SeqNo)> {
         let (meta, payload) = self.sbuf.get(seq)?;
-        let len = HEADER_LEN + payload.len();
+        let len = if gather {
+            HEADER_LEN
+        } else {
+            HEADER_LEN + payload.len()
+        };
         let hdr = DataHeader {
             seq,
             position: meta.pos,
@@ -179,7 +192,9 @@ impl Connection {
         };
         let (head, rest) = buf.get_mut(..len)?.split_at_mut(HEADER_LEN);
         hdr.emit(head.try_into().ok()?);
-        rest.copy_from_slice(payload);
+        if !gather {
+            rest.copy_from_slice(payload);
+        }
         let bytes = payload.len();
         if self.sbuf.in_flight() == 0 {
             // The retransmission timer runs from the moment something is outstanding.
@@ -209,7 +224,7 @@ impl Connection {
         let ctx = self.cc_ctx(now_us);
         self.cc
             .on_packet_sent(&ctx, &mut self.ctl, seq, bytes, rexmit);
-        Some(len)
+        Some((len, seq))
     }
 
     pub(super) fn on_ack(&mut self, now_us: u64, a: &Ack) {

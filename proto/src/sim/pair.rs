@@ -33,6 +33,10 @@ pub struct Pair {
     /// Endpoint `a` does nothing before this time: it neither sends, nor reads, nor runs its
     /// timers, as a process that is not scheduled. What arrives meanwhile waits for it.
     pub a_paused_until: Instant,
+    /// Endpoint `a` is polled as a gathering I/O loop polls it
+    /// ([`Endpoint::poll_transmit_gather`]): every pending datagram first, headers only,
+    /// then each payload read from the send buffer and put behind its header.
+    pub a_gathers: bool,
 }
 
 impl Pair {
@@ -57,6 +61,7 @@ impl Pair {
             buf: vec![0; 65_536],
             seed,
             a_paused_until: start,
+            a_gathers: false,
         }
     }
 
@@ -67,12 +72,43 @@ impl Pair {
 
     /// Moves every pending transmit of both endpoints onto the links.
     pub fn flush(&mut self) {
+        if self.a_gathers {
+            self.flush_a_gathered();
+            return self.flush_b();
+        }
         while let Some(t) = self.a.poll_transmit(self.now, &mut self.buf) {
             if t.dst == self.b_addr {
                 self.ab.send(self.now, &self.buf[..t.len]);
             }
         }
         self.flush_b();
+    }
+
+    fn flush_a_gathered(&mut self) {
+        let mut heads = Vec::new();
+        let mut batch = Vec::new();
+        let mut at = 0;
+        loop {
+            heads.resize(at + self.buf.len(), 0);
+            let Some((t, payload)) = self.a.poll_transmit_gather(self.now, &mut heads[at..]) else {
+                break;
+            };
+            batch.push((t.dst, at, t.len, payload));
+            at += t.len;
+        }
+        for (dst, at, len, payload) in batch {
+            let mut datagram = heads[at..at + len].to_vec();
+            if let Some(p) = payload {
+                let bytes = self
+                    .a
+                    .payload(p)
+                    .expect("a polled payload is held until sent");
+                datagram.extend_from_slice(bytes);
+            }
+            if dst == self.b_addr {
+                self.ab.send(self.now, &datagram);
+            }
+        }
     }
 
     fn flush_b(&mut self) {
