@@ -451,6 +451,55 @@ impl Connection {
         }
     }
 
+    /// Stream mode: a buffer to fill and hand to [`Connection::send_chunk`], the length the
+    /// connection takes best (a whole number of packets, about 1 MiB): one handed over
+    /// earlier whose packets were all acknowledged (contents stale), or a new one.
+    pub fn take_chunk(&self) -> io::Result<Vec<u8>> {
+        let mut g = self.shared.lock();
+        let c = g.ep.conn(self.id).ok_or_else(gone)?;
+        let len = c.chunk_len();
+        let reused = c.take_chunk();
+        drop(g);
+        Ok(match reused {
+            Some(v) if v.len() >= len => v,
+            _ => vec![0; len],
+        })
+    }
+
+    /// Stream mode: queues the first `len` bytes of `chunk` (from
+    /// [`Connection::take_chunk`], or any buffer) without copying them, waiting for room:
+    /// the packets go out from the chunk itself. Filling it needs no lock, so a slow source
+    /// never holds up the connection. Fails with `InvalidInput` for `len` 0 or beyond the
+    /// chunk, or a chunk longer than the send buffer can ever hold.
+    pub fn send_chunk(&self, mut chunk: Vec<u8>, len: usize) -> io::Result<()> {
+        let mut g = self.shared.lock();
+        loop {
+            let c = g.ep.conn(self.id).ok_or_else(gone)?;
+            match c.send_chunk(Instant::now(), chunk, len) {
+                Ok(()) => {
+                    drop(g);
+                    self.shared.wake_io();
+                    return Ok(());
+                }
+                Err((SendError::WouldBlock, back)) => {
+                    chunk = back;
+                    g = self.wait_for(g, WAIT_SLICE, Wait::Write)?;
+                }
+                Err((SendError::TooLarge, back)) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!(
+                            "cannot queue {len} bytes of a {}-byte chunk (empty, beyond the \
+                             chunk, or more than the send buffer can hold)",
+                            back.len()
+                        ),
+                    ))
+                }
+                Err((e, _)) => return Err(send_error(e)),
+            }
+        }
+    }
+
     /// Message or live mode: queues one whole message, waiting for room (live mode never
     /// waits: the oldest data gives way).
     pub fn send_message(&self, msg: &[u8]) -> io::Result<()> {

@@ -134,14 +134,15 @@ pub fn send_stream<R: Read>(
     mut src: R,
     mut progress: impl FnMut(u64),
 ) -> io::Result<SendReport> {
-    let mut buf = vec![0u8; CHUNK];
     let mut hasher = Hasher::new();
     let mut total = 0u64;
     loop {
-        // Fill the chunk: large writes keep the lock traffic low.
+        // Read into a chunk the connection sends from where it is (no copy of our own, no
+        // lock while reading), recycled once its packets are acknowledged.
+        let mut chunk = conn.take_chunk()?;
         let mut n = 0;
-        while n < buf.len() {
-            match src.read(&mut buf[n..]) {
+        while n < chunk.len() {
+            match src.read(&mut chunk[n..]) {
                 Ok(0) => break,
                 Ok(k) => n += k,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -151,8 +152,8 @@ pub fn send_stream<R: Read>(
         if n == 0 {
             break;
         }
-        hasher.update(&buf[..n]);
-        send_all(conn, &buf[..n])?;
+        hasher.update(&chunk[..n]);
+        conn.send_chunk(chunk, n)?;
         total += n as u64;
         progress(total);
     }

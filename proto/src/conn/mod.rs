@@ -42,6 +42,9 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+/// The chunk length [`Connection::chunk_len`] aims at, bytes.
+pub const CHUNK_BYTES: usize = 1 << 20;
+
 /// SRT's SYN interval: full ACKs and rate-control decisions every 10 ms.
 pub const SYN_INTERVAL_US: u64 = 10_000;
 /// Light ACK after this many packets.
@@ -650,6 +653,53 @@ impl Connection {
         }
         self.input_rate.add(now_us, n);
         Ok(n)
+    }
+
+    /// Stream mode: the best length for [`Connection::send_chunk`]'s chunks: a whole number of
+    /// packets, about [`CHUNK_BYTES`], at most an eighth of the initial send buffer (so that
+    /// one always fits once that much is free). Fixed once the connection is established.
+    pub fn chunk_len(&self) -> usize {
+        let p = self.payload_size.max(1);
+        let initial = self.cfg.initial_buffer_pkts(p);
+        p * (CHUNK_BYTES / p).clamp(1, (initial / 8).max(1))
+    }
+
+    /// Stream mode: queues the first `len` bytes of `chunk` without copying them (a chunk
+    /// the application filled itself, e.g. by reading a file into it): the packets go out
+    /// from the chunk where it is, and once all of them are acknowledged it is kept for
+    /// [`Connection::take_chunk`]. On failure the chunk comes back: `WouldBlock` when the
+    /// send buffer has no room for its packets now, `TooLarge` when it never will (longer
+    /// than the whole buffer; `len` 0 or beyond the chunk also counts).
+    pub fn send_chunk(
+        &mut self,
+        now: Instant,
+        chunk: Vec<u8>,
+        len: usize,
+    ) -> Result<(), (SendError, Vec<u8>)> {
+        if let Err(e) = self.check_send(Mode::File) {
+            return Err((e, chunk));
+        }
+        let pkts = len.div_ceil(self.sbuf.slot_size().max(1));
+        if len == 0 || len > chunk.len() || pkts > self.cfg.buffer_max_pkts(self.payload_size) {
+            return Err((SendError::TooLarge, chunk));
+        }
+        // A chunk longer than the buffer is now grows it (within its cap) rather than wait
+        // for a growth the window may never ask for.
+        while self.sbuf.cap() < pkts && self.sbuf.grow() {}
+        let now_us = self.us(now);
+        match self.sbuf.push_chunk(chunk, len, now_us) {
+            Ok(()) => {
+                self.input_rate.add(now_us, len);
+                Ok(())
+            }
+            Err(chunk) => Err((SendError::WouldBlock, chunk)),
+        }
+    }
+
+    /// A chunk handed over by [`Connection::send_chunk`] whose packets were all
+    /// acknowledged, to fill again (its contents are stale); `None` if there is none yet.
+    pub fn take_chunk(&mut self) -> Option<Vec<u8>> {
+        self.sbuf.take_chunk()
     }
 
     /// Message or live mode: queues one whole message.

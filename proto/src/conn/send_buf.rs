@@ -1,9 +1,16 @@
 //! The sender's buffer: packets not yet acknowledged, in sequence order, in one pre-allocated
 //! ring. Its capacity grows (doubling, up to a memory cap) when the connection is limited by it;
 //! between growths, writing, sending and acknowledging allocate nothing.
+//!
+//! A packet's payload lives in its ring slot (copied in by [`SendBuffer::push_stream`] and
+//! [`SendBuffer::push_message`]) or in a chunk: a buffer the application filled on its own
+//! and handed over whole ([`SendBuffer::push_chunk`]), cut into packets where it lies. Chunks
+//! leave in order as their packets are acknowledged, and wait in a small pool for the
+//! application to take them back ([`SendBuffer::take_chunk`]) and fill them again.
 
 use crate::seq::{MsgNo, SeqNo};
 use crate::wire::PacketPosition;
+use std::collections::VecDeque;
 
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SlotMeta {
@@ -17,9 +24,20 @@ pub(crate) struct SlotMeta {
     pub last_sent_us: u64,
     /// Sent more than once.
     pub retransmitted: bool,
+    /// Where the payload is: [`IN_RING`] (the slot), or the number of the chunk that holds
+    /// it at byte `off`.
+    chunk: u64,
+    off: u32,
 }
 
+/// [`SlotMeta::chunk`] of a payload held in its ring slot.
+const IN_RING: u64 = u64::MAX;
+/// Chunks kept for reuse at most.
+const CHUNK_POOL: usize = 4;
+
 const EMPTY: SlotMeta = SlotMeta {
+    chunk: IN_RING,
+    off: 0,
     len: 0,
     msg_no: MsgNo::new(0),
     pos: PacketPosition::Solo,
@@ -46,6 +64,12 @@ pub(crate) struct SendBuffer {
     retransmitted: usize,
     bytes: u64,
     next_msg: MsgNo,
+    /// Chunks handed over and still holding packets, oldest first: the buffer and how many
+    /// of its packets are held. The front one is number `chunk_base`.
+    chunks: VecDeque<(Vec<u8>, usize)>,
+    chunk_base: u64,
+    /// Chunks whose packets were all acknowledged, for reuse.
+    pool: Vec<Vec<u8>>,
 }
 
 /// Why a message could not be queued.
@@ -73,7 +97,15 @@ impl SendBuffer {
             retransmitted: 0,
             bytes: 0,
             next_msg: MsgNo::new(1),
+            chunks: VecDeque::new(),
+            chunk_base: 0,
+            pool: Vec::new(),
         }
+    }
+
+    /// Payload bytes a packet carries at most.
+    pub fn slot_size(&self) -> usize {
+        self.slot_size
     }
 
     pub fn cap(&self) -> usize {
@@ -114,11 +146,14 @@ impl SendBuffer {
     fn release(&mut self, n: usize) -> u64 {
         let mut bytes = 0u64;
         for k in 0..n {
-            let m = &self.meta[self.idx(k)];
+            let m = self.meta[self.idx(k)];
             bytes += u64::from(m.len);
             self.retransmitted = self
                 .retransmitted
                 .saturating_sub(usize::from(m.retransmitted));
+            if m.chunk != IN_RING {
+                self.release_chunk_packet(m.chunk);
+            }
         }
         self.head = self.idx(n);
         self.len -= n;
@@ -126,6 +161,66 @@ impl SendBuffer {
         self.bytes -= bytes;
         self.base = self.base.add(n as u32);
         bytes
+    }
+
+    /// One packet of chunk `id` is no longer held; chunks with none left go to the pool.
+    fn release_chunk_packet(&mut self, id: u64) {
+        let Some(i) = id
+            .checked_sub(self.chunk_base)
+            .and_then(|i| usize::try_from(i).ok())
+        else {
+            return;
+        };
+        if let Some(c) = self.chunks.get_mut(i) {
+            c.1 = c.1.saturating_sub(1);
+        }
+        while self.chunks.front().is_some_and(|c| c.1 == 0) {
+            if let Some((buf, _)) = self.chunks.pop_front() {
+                if self.pool.len() < CHUNK_POOL {
+                    self.pool.push(buf);
+                }
+            }
+            self.chunk_base += 1;
+        }
+    }
+
+    /// Queues the first `len` bytes of `chunk` as stream data without copying them: cut into
+    /// packets of [`SendBuffer::slot_size`] bytes (the last may be shorter) that stay in the
+    /// chunk until acknowledged. Gives the chunk back if there are not enough free packets
+    /// (or `len` is 0 or beyond the chunk).
+    pub fn push_chunk(&mut self, chunk: Vec<u8>, len: usize, now_us: u64) -> Result<(), Vec<u8>> {
+        let pkts = len.div_ceil(self.slot_size.max(1));
+        if len == 0 || len > chunk.len() || pkts > self.cap - self.len {
+            return Err(chunk);
+        }
+        let id = self.chunk_base + self.chunks.len() as u64;
+        for k in 0..pkts {
+            let off = k * self.slot_size;
+            let n = self.slot_size.min(len - off);
+            let i = self.idx(self.len);
+            let msg_no = self.next_msg;
+            self.next_msg = self.next_msg.next();
+            self.meta[i] = SlotMeta {
+                len: n as u32,
+                msg_no,
+                pos: PacketPosition::Solo,
+                in_order: false,
+                origin_us: now_us,
+                last_sent_us: 0,
+                retransmitted: false,
+                chunk: id,
+                off: off as u32,
+            };
+            self.len += 1;
+            self.bytes += n as u64;
+        }
+        self.chunks.push_back((chunk, pkts));
+        Ok(())
+    }
+
+    /// A chunk whose packets were all acknowledged, to fill again.
+    pub fn take_chunk(&mut self) -> Option<Vec<u8>> {
+        self.pool.pop()
     }
 
     fn idx(&self, i: usize) -> usize {
@@ -141,7 +236,10 @@ impl SendBuffer {
     pub fn push_stream(&mut self, mut data: &[u8], now_us: u64) -> usize {
         let total = data.len();
         // Top up the last packet if it has not been sent yet.
-        if self.len > self.sent && !data.is_empty() {
+        if self.len > self.sent
+            && !data.is_empty()
+            && self.meta[self.idx(self.len - 1)].chunk == IN_RING
+        {
             let i = self.idx(self.len - 1);
             let used = self.meta[i].len as usize;
             let n = (self.slot_size - used).min(data.len());
@@ -168,6 +266,8 @@ impl SendBuffer {
                 origin_us: now_us,
                 last_sent_us: 0,
                 retransmitted: false,
+                chunk: IN_RING,
+                off: 0,
             };
             self.len += 1;
             self.bytes += n as u64;
@@ -207,6 +307,8 @@ impl SendBuffer {
                 origin_us: now_us,
                 last_sent_us: 0,
                 retransmitted: false,
+                chunk: IN_RING,
+                off: 0,
             };
             self.len += 1;
             self.bytes += chunk.len() as u64;
@@ -222,8 +324,14 @@ impl SendBuffer {
         }
         let i = self.idx(off as usize);
         let m = &self.meta[i];
-        let start = i * self.slot_size;
-        Some((m, &self.data[start..start + m.len as usize]))
+        let len = m.len as usize;
+        if m.chunk == IN_RING {
+            let start = i * self.slot_size;
+            return Some((m, &self.data[start..start + len]));
+        }
+        let c = usize::try_from(m.chunk.checked_sub(self.chunk_base)?).ok()?;
+        let start = m.off as usize;
+        Some((m, self.chunks.get(c)?.0.get(start..start + len)?))
     }
 
     /// Marks `seq` sent at `now_us`; a first send moves the unsent boundary.
@@ -286,8 +394,10 @@ impl SendBuffer {
         for k in 0..self.len {
             let i = self.idx(k);
             let len = self.meta[i].len as usize;
-            data[k * self.slot_size..k * self.slot_size + len]
-                .copy_from_slice(&self.data[i * self.slot_size..i * self.slot_size + len]);
+            if self.meta[i].chunk == IN_RING {
+                data[k * self.slot_size..k * self.slot_size + len]
+                    .copy_from_slice(&self.data[i * self.slot_size..i * self.slot_size + len]);
+            }
             meta[k] = self.meta[i];
         }
         self.data = data;
@@ -348,6 +458,114 @@ mod tests {
             b.push_message(b"y", 0).unwrap();
         }
         assert_eq!(b.retransmitted(), 0);
+    }
+
+    /// Payloads of every held packet, in order.
+    fn held(b: &SendBuffer) -> Vec<u8> {
+        (0..b.len())
+            .flat_map(|k| b.get(b.base().add(k as u32)).unwrap().1.to_vec())
+            .collect()
+    }
+
+    #[test]
+    fn chunks_are_cut_into_packets_in_place_and_come_back_when_acknowledged() {
+        let isn = SeqNo::new(SeqNo::MAX - 2);
+        let mut b = SendBuffer::new(4, 8, 64, isn);
+        assert_eq!(b.push_stream(b"ab", 0), 2);
+        // 10 bytes of a 12-byte chunk: packets of 4, 4 and 2, after the ring packet.
+        let chunk: Vec<u8> = (b'c'..=b'n').collect();
+        b.push_chunk(chunk, 10, 0).unwrap();
+        assert_eq!(b.len(), 4);
+        assert_eq!(b.bytes(), 12);
+        // A chunk's last packet is not topped up: stream bytes start a ring packet.
+        assert_eq!(b.push_stream(b"xy", 0), 2);
+        assert_eq!(b.len(), 5);
+        assert_eq!(held(&b), b"abcdefghijklxy");
+        assert_eq!(b.get(isn.add(3)).unwrap().1, b"kl");
+        // Not enough free packets: the chunk comes back untouched.
+        let big = vec![7u8; 16];
+        let back = b.push_chunk(big, 16, 0).unwrap_err();
+        assert_eq!(back, vec![7u8; 16]);
+        assert!(b.push_chunk(vec![1], 0, 0).is_err(), "empty");
+        assert!(b.push_chunk(vec![1], 2, 0).is_err(), "beyond the chunk");
+        for k in 0..5 {
+            b.mark_sent(isn.add(k), 1, false);
+        }
+        // Growing moves the ring packets and keeps the chunk's where they are.
+        assert!(b.grow());
+        assert_eq!(held(&b), b"abcdefghijklxy");
+        assert!(b.take_chunk().is_none());
+        // Acknowledging part of the chunk keeps it; the rest returns it to the pool.
+        assert_eq!(b.ack(isn.add(3)), (3, 10));
+        assert!(b.take_chunk().is_none());
+        assert_eq!(b.ack(isn.add(4)), (1, 2));
+        let again = b.take_chunk().expect("the chunk is back");
+        assert_eq!(again.len(), 12);
+        assert_eq!(held(&b), b"xy");
+    }
+
+    #[test]
+    fn the_chunk_pool_is_bounded() {
+        let mut b = SendBuffer::new(4, 64, 64, SeqNo::new(0));
+        for k in 0..10u32 {
+            b.push_chunk(vec![k as u8; 4], 4, 0).unwrap();
+            b.mark_sent(SeqNo::new(k), 1, false);
+        }
+        b.ack(SeqNo::new(10));
+        let mut n = 0;
+        while b.take_chunk().is_some() {
+            n += 1;
+        }
+        assert_eq!(n, CHUNK_POOL);
+    }
+
+    proptest::proptest! {
+        /// Any mix of copied writes, chunks, sends, acknowledgements and growth holds exactly
+        /// the bytes written and not yet acknowledged, in order.
+        #[test]
+        fn ring_and_chunk_packets_hold_the_stream(ops in proptest::collection::vec((0u8..4, 1usize..40), 1..60)) {
+            let isn = SeqNo::new(SeqNo::MAX - 20);
+            let mut b = SendBuffer::new(5, 4, 64, isn);
+            let mut stream: Vec<u8> = Vec::new();
+            let mut acked = 0usize;
+            let mut next = 0u8;
+            let mut bytes_of = |n: usize| -> Vec<u8> {
+                (0..n).map(|_| { next = next.wrapping_add(1); next }).collect()
+            };
+            for (op, n) in ops {
+                match op {
+                    0 => {
+                        let d = bytes_of(n);
+                        let k = b.push_stream(&d, 0);
+                        stream.extend_from_slice(&d[..k]);
+                    }
+                    1 => {
+                        let mut c = b.take_chunk().unwrap_or_default();
+                        c.clear();
+                        c.extend(bytes_of(n));
+                        c.extend([0xEE; 3]);
+                        let want = c[..n].to_vec();
+                        if b.push_chunk(c, n, 0).is_ok() {
+                            stream.extend_from_slice(&want);
+                        }
+                    }
+                    2 => {
+                        for _ in 0..n.min(b.unsent()) {
+                            let s = b.next_unsent();
+                            b.mark_sent(s, 1, false);
+                        }
+                        let upto = b.base().add((n / 2).min(b.in_flight()) as u32);
+                        let (_, freed) = b.ack(upto);
+                        acked += freed as usize;
+                    }
+                    _ => {
+                        b.grow();
+                    }
+                }
+                proptest::prop_assert_eq!(held(&b), stream[acked..].to_vec());
+                proptest::prop_assert_eq!(b.bytes() as usize, stream.len() - acked);
+            }
+        }
     }
 
     #[test]
