@@ -164,6 +164,9 @@ pub struct Connection {
     send_lag_us: u64,
     max_loss_seen: SeqNo,
     peer_window: u32,
+    /// The first sequence number beyond the receiver's buffer as its last full ACK advertised
+    /// it (that ACK's point plus its free packets); `None` before the first.
+    peer_edge: Option<SeqNo>,
     peer_recv_rate_pps: u32,
     peer_recv_rate_bps: u64,
     peer_recv_rate_last_pps: u32,
@@ -295,6 +298,7 @@ impl Connection {
             send_lag_us: 0,
             max_loss_seen: isn,
             peer_window: 8192,
+            peer_edge: None,
             peer_recv_rate_pps: 0,
             peer_recv_rate_bps: 0,
             peer_recv_rate_last_pps: 0,

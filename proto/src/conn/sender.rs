@@ -22,6 +22,9 @@ pub(super) const PACING_QUANTUM_US: f64 = 100.0;
 /// 1 Gbit/s, 10 ms with 5 % loss, 1 ms of credit cost about 5 % (0.87 against 0.91 Gbit/s
 /// through `slipstream netem`).
 const MAX_BURST_US: f64 = 4000.0;
+/// Largest receive window taken from a peer, packets (a hostile one must not move the
+/// flow-control edge around the sequence space).
+const MAX_PEER_WINDOW: u32 = 1 << 26;
 /// ... and at most this many packets of it: 3 ms at 1 Gbit/s with 1500-byte packets.
 const MAX_BURST_PKTS: f64 = 256.0;
 
@@ -91,8 +94,17 @@ impl Connection {
     /// Whether the windows let another new packet go: the congestion window bounds the
     /// packets in the network, the flow window every unacknowledged one (the receiver keeps
     /// those delivered behind a hole in its buffer until the hole fills).
+    /// Whether a new packet may go out: the congestion window has room, and the packet lies
+    /// within the receiver's buffer as its last full ACK advertised it. Light ACKs move the
+    /// acknowledgement point without a window, and the packets they acknowledge may still
+    /// wait for the receiving application: counting the advertised room from them overran a
+    /// receiver whose application fell behind.
     fn window_open(&self) -> bool {
-        self.in_network() < self.window() && self.sbuf.in_flight() < self.peer_window as usize
+        self.in_network() < self.window()
+            && self.sbuf.in_flight() < self.peer_window as usize
+            && self
+                .peer_edge
+                .is_none_or(|edge| self.sbuf.next_unsent().lt(edge))
     }
 
     pub(super) fn has_data_to_send(&self) -> bool {
@@ -248,6 +260,8 @@ impl Connection {
                 self.update_rtt(u64::from(info.rtt_us));
             }
             self.peer_window = info.avail_buf_pkts;
+            // Far fewer than half the sequence space, so that the edge compares correctly.
+            self.peer_edge = Some(a.ack_seq.add(info.avail_buf_pkts.min(MAX_PEER_WINDOW)));
             if info.pkt_recv_rate > 0 {
                 // The delivery sample: the byte rate in packets where it is lower (a slipstream
                 // receiver's average, against its arrival speed in the packet field); libsrt
