@@ -2,6 +2,7 @@
 
 mod common;
 use common::*;
+use slipstream_proto::conn::Connection;
 use slipstream_proto::endpoint::ConnId;
 use slipstream_proto::seq::SeqNo;
 use slipstream_proto::sim::Pair;
@@ -684,64 +685,31 @@ fn chunks_cross_a_lossy_path_byte_exact_and_are_reused() {
     let data = content(8_000_000, s);
     let chunk_len = p.a.conn(ca).expect("sender").chunk_len();
     assert_eq!(chunk_len, 128 * 1456);
-    let (mut sent, mut reused, mut got, mut eof, mut closed) = (0, 0, Vec::new(), false, false);
-    let mut buf = vec![0u8; 1 << 16];
-    let ok = p.run_until(Duration::from_secs(60), |p| {
-        let now = p.now;
-        if let Some(c) = p.a.conn(ca) {
-            while sent < data.len() {
-                // Every third piece is a copied write of an odd size; the rest are chunks.
-                let k = (sent / 1000) % 3;
-                if k == 0 {
-                    let end = (sent + 7_777).min(data.len());
-                    match c.send(now, &data[sent..end]) {
-                        Ok(n) => sent += n,
-                        Err(_) => break,
-                    }
-                    continue;
-                }
-                let mut chunk = match c.take_chunk() {
-                    Some(v) => {
-                        reused += 1;
-                        v
-                    }
-                    None => vec![0; chunk_len],
-                };
-                let n = chunk.len().min(data.len() - sent);
-                chunk[..n].copy_from_slice(&data[sent..sent + n]);
-                match c.send_chunk(now, chunk, n) {
-                    Ok(()) => sent += n,
-                    Err(_) => break,
-                }
-            }
-            if sent == data.len() && !closed {
-                c.close(now);
-                closed = true;
-            }
+    let (mut pieces, mut reused) = (0usize, 0);
+    let push = |c: &mut Connection, now, rest: &[u8]| {
+        pieces += 1;
+        // Every third piece is a copied write of an odd size; the rest are chunks.
+        if pieces % 3 == 0 {
+            return c.send(now, &rest[..rest.len().min(7_777)]).ok();
         }
-        let c = p.b.conn(cb).expect("receiver");
-        loop {
-            match c.recv(&mut buf) {
-                Ok(0) => {
-                    eof = true;
-                    break;
-                }
-                Ok(n) => got.extend_from_slice(&buf[..n]),
-                Err(_) => break,
+        let mut chunk = match c.take_chunk() {
+            Some(v) => {
+                reused += 1;
+                v
             }
-        }
-        eof
-    });
-    assert!(
-        ok,
-        "transfer did not finish: sent {sent}, got {}",
-        got.len()
-    );
+            None => vec![0; chunk_len],
+        };
+        let n = chunk.len().min(rest.len());
+        chunk[..n].copy_from_slice(&rest[..n]);
+        c.send_chunk(now, chunk, n).ok().map(|()| n)
+    };
+    let limit = Duration::from_secs(60);
+    let got = stream_by(&mut p, ca, cb, &data, limit, |_| {}, push);
     assert!(got == data, "content differs");
     assert!(reused > 0, "no chunk came back for reuse");
     let st = p.a.conn(ca).map(|c| c.stats(p.now));
     assert!(
-        st.is_none_or(|st| st.pkts_retransmitted > 0),
+        st.is_some_and(|st| st.pkts_retransmitted > 0),
         "no loss to recover"
     );
 }

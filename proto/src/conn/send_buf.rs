@@ -197,25 +197,31 @@ impl SendBuffer {
         for k in 0..pkts {
             let off = k * self.slot_size;
             let n = self.slot_size.min(len - off);
-            let i = self.idx(self.len);
-            let msg_no = self.next_msg;
-            self.next_msg = self.next_msg.next();
-            self.meta[i] = SlotMeta {
-                len: n as u32,
-                msg_no,
-                pos: PacketPosition::Solo,
-                in_order: false,
-                origin_us: now_us,
-                last_sent_us: 0,
-                retransmitted: false,
-                chunk: id,
-                off: off as u32,
-            };
-            self.len += 1;
-            self.bytes += n as u64;
+            self.append_stream_packet(n, id, off as u32, now_us);
         }
         self.chunks.push_back((chunk, pkts));
         Ok(())
+    }
+
+    /// Appends the metadata of a stream packet of `len` bytes held at `chunk`/`off` (the
+    /// ring slot's bytes are the caller's to write). The caller checked there is a free slot.
+    fn append_stream_packet(&mut self, len: usize, chunk: u64, off: u32, now_us: u64) {
+        let i = self.idx(self.len);
+        let msg_no = self.next_msg;
+        self.next_msg = self.next_msg.next();
+        self.meta[i] = SlotMeta {
+            len: len as u32,
+            msg_no,
+            pos: PacketPosition::Solo,
+            in_order: false,
+            origin_us: now_us,
+            last_sent_us: 0,
+            retransmitted: false,
+            chunk,
+            off,
+        };
+        self.len += 1;
+        self.bytes += len as u64;
     }
 
     /// A chunk whose packets were all acknowledged, to fill again.
@@ -253,24 +259,9 @@ impl SendBuffer {
         }
         while !data.is_empty() && self.len < self.cap {
             let n = self.slot_size.min(data.len());
-            let i = self.idx(self.len);
-            let off = i * self.slot_size;
+            let off = self.idx(self.len) * self.slot_size;
             self.data[off..off + n].copy_from_slice(&data[..n]);
-            let msg_no = self.next_msg;
-            self.next_msg = self.next_msg.next();
-            self.meta[i] = SlotMeta {
-                len: n as u32,
-                msg_no,
-                pos: PacketPosition::Solo,
-                in_order: false,
-                origin_us: now_us,
-                last_sent_us: 0,
-                retransmitted: false,
-                chunk: IN_RING,
-                off: 0,
-            };
-            self.len += 1;
-            self.bytes += n as u64;
+            self.append_stream_packet(n, IN_RING, 0, now_us);
             data = &data[n..];
         }
         total - data.len()

@@ -1,10 +1,10 @@
 //! Shared helpers for the virtual-time tests.
 #![allow(dead_code)]
 
-use slipstream_proto::conn::{ConnConfig, Event, Mode, State};
+use slipstream_proto::conn::{ConnConfig, Connection, Event, Mode, State};
 use slipstream_proto::endpoint::ConnId;
 use slipstream_proto::sim::{LinkConfig, Pair};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Prints the seed when a test panics, so the failure can be replayed.
 pub struct SeedGuard(pub u64);
@@ -100,7 +100,23 @@ pub fn stream_with(
     cb: ConnId,
     data: &[u8],
     limit: Duration,
+    each_step: impl FnMut(&mut Pair),
+) -> Vec<u8> {
+    stream_by(p, ca, cb, data, limit, each_step, |c, now, rest| {
+        c.send(now, rest).ok()
+    })
+}
+
+/// Like [`stream_with`], the sending application queueing with `push` (given the rest of
+/// the data, it returns how much it queued, or `None` when the connection takes no more now).
+pub fn stream_by(
+    p: &mut Pair,
+    ca: ConnId,
+    cb: ConnId,
+    data: &[u8],
+    limit: Duration,
     mut each_step: impl FnMut(&mut Pair),
+    mut push: impl FnMut(&mut Connection, Instant, &[u8]) -> Option<usize>,
 ) -> Vec<u8> {
     let mut sent = 0;
     let mut closed = false;
@@ -111,9 +127,9 @@ pub fn stream_with(
         let now = p.now;
         if let Some(c) = p.a.conn(ca) {
             while sent < data.len() {
-                match c.send(now, &data[sent..]) {
-                    Ok(n) => sent += n,
-                    Err(_) => break,
+                match push(c, now, &data[sent..]) {
+                    Some(n) => sent += n,
+                    None => break,
                 }
             }
             if sent == data.len() && !closed {
