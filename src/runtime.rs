@@ -319,7 +319,7 @@ impl IoLoop {
             else {
                 return false;
             };
-            bytes += t.len + payload.and_then(|p| g.ep.payload(p)).map_or(0, <[u8]>::len);
+            bytes += t.len + payload.map_or(0, |p| p.len());
             self.gather.push((t.dst, at, t.len, payload));
             at += t.len;
         }
@@ -506,8 +506,8 @@ impl TxGather for Gathered<'_> {
         // under one lock hold).
         let tail = payload.and_then(|p| self.ep.payload(p));
         debug_assert!(
-            payload.is_none() || tail.is_some(),
-            "a polled payload vanished"
+            payload.is_none_or(|p| tail.map(<[u8]>::len) == Some(p.len())),
+            "a polled payload vanished or changed"
         );
         let tail = tail.unwrap_or(&[]);
         (dst, &self.buf[at..at + len], tail)

@@ -309,7 +309,8 @@ impl Read for ReadRef<'_, '_> {
 }
 
 /// Chunks: handed over without a copy, refused clearly when they cannot be queued, and
-/// recycled once acknowledged (a 6 MiB stream of 1 MiB chunks reuses them).
+/// recycled once acknowledged (a 6 MiB stream of 1 MiB chunks, the last third sent after
+/// the first two were acknowledged, gets back chunks that still hold what they carried).
 #[test]
 fn chunks_are_sent_in_place_and_recycled() {
     let p = pair(Mode::File, EndpointOptions::default());
@@ -331,11 +332,11 @@ fn chunks_are_sent_in_place_and_recycled() {
                 }
             }
         });
-        let mut sent = 0;
-        let mut fresh = std::collections::HashSet::new();
+        let (mut sent, mut reused) = (0, 0);
         while sent < payload.len() {
             let mut c = p.client.take_chunk().unwrap();
-            fresh.insert(c.as_ptr() as usize);
+            // A new chunk is zeroed; a recycled one still holds what it carried.
+            reused += usize::from(c.iter().any(|&b| b != 0));
             let n = c.len().min(payload.len() - sent);
             c[..n].copy_from_slice(&payload[sent..sent + n]);
             p.client.send_chunk(c, n).unwrap();
@@ -348,10 +349,6 @@ fn chunks_are_sent_in_place_and_recycled() {
         p.client.close().unwrap();
         let got = rx.join().unwrap();
         assert!(got == payload, "received bytes differ");
-        assert!(
-            fresh.len() < 6,
-            "no chunk was reused: {} buffers",
-            fresh.len()
-        );
+        assert!(reused > 0, "no chunk was reused");
     });
 }

@@ -50,6 +50,19 @@ pub struct Transmit {
 pub struct PayloadRef {
     conn: u32,
     seq: SeqNo,
+    len: usize,
+}
+
+impl PayloadRef {
+    /// The payload's length, bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the payload is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
 }
 
 /// Endpoint-wide settings.
@@ -388,9 +401,10 @@ impl Endpoint {
                 // Stay on this connection while it has data; move on when it runs dry.
                 self.rr = i;
                 self.stats.datagrams_out += 1;
-                let payload = seq.map(|seq| PayloadRef {
+                let payload = seq.map(|(seq, len)| PayloadRef {
                     conn: c.local_id(),
                     seq,
+                    len,
                 });
                 return Some((
                     Transmit {

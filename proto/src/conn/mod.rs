@@ -608,7 +608,7 @@ impl Connection {
 
     /// Like [`Connection::poll_transmit`], but a data packet's payload is not copied: only
     /// its header goes into `buf` (which must hold at least a control packet), and the
-    /// sequence number returned names the payload, to be read with
+    /// sequence number returned (with the payload's length) names the payload, to be read with
     /// [`Connection::payload`] and sent right behind the header (a gather send). Read it
     /// before anything else changes the connection: until then it is exactly what was
     /// accounted as sent.
@@ -616,7 +616,7 @@ impl Connection {
         &mut self,
         now: Instant,
         buf: &mut [u8],
-    ) -> Option<(usize, Option<SeqNo>)> {
+    ) -> Option<(usize, Option<(SeqNo, usize)>)> {
         self.poll_transmit_inner(now, buf, true)
     }
 
@@ -625,14 +625,14 @@ impl Connection {
         now: Instant,
         buf: &mut [u8],
         gather: bool,
-    ) -> Option<(usize, Option<SeqNo>)> {
+    ) -> Option<(usize, Option<(SeqNo, usize)>)> {
         let now_us = self.us(now);
         let out = match self.poll_control(now_us, buf) {
             Some(n) => (n, None),
             None => {
-                let (n, seq) = self.poll_data(now_us, buf, gather)?;
+                let (n, seq, payload_len) = self.poll_data(now_us, buf, gather)?;
                 self.last_data_us = now_us;
-                (n, gather.then_some(seq))
+                (n, gather.then_some((seq, payload_len)))
             }
         };
         self.last_send_us = now_us;

@@ -133,13 +133,13 @@ impl Connection {
 
     /// The next data packet due: its header, and its payload too unless `gather` (then only
     /// the header is written; the payload stays in the send buffer under its sequence
-    /// number). Returns the bytes written and the sequence number.
+    /// number). Returns the bytes written, the sequence number and the payload's length.
     pub(super) fn poll_data(
         &mut self,
         now_us: u64,
         buf: &mut [u8],
         gather: bool,
-    ) -> Option<(usize, SeqNo)> {
+    ) -> Option<(usize, SeqNo, usize)> {
         if !matches!(self.state, State::Connected | State::Closing)
             || (now_us as f64) + PACING_QUANTUM_US < self.next_send_us
         {
@@ -185,7 +185,7 @@ impl Connection {
         rexmit: bool,
         buf: &mut [u8],
         gather: bool,
-    ) -> Option<(usize, SeqNo)> {
+    ) -> Option<(usize, SeqNo, usize)> {
         let (meta, payload) = self.sbuf.get(seq)?;
         let len = if gather {
             HEADER_LEN
@@ -236,7 +236,7 @@ impl Connection {
         let ctx = self.cc_ctx(now_us);
         self.cc
             .on_packet_sent(&ctx, &mut self.ctl, seq, bytes, rexmit);
-        Some((len, seq))
+        Some((len, seq, bytes))
     }
 
     pub(super) fn on_ack(&mut self, now_us: u64, a: &Ack) {

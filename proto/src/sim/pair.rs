@@ -103,6 +103,11 @@ impl Pair {
                     .a
                     .payload(p)
                     .expect("a polled payload is held until sent");
+                assert_eq!(
+                    bytes.len(),
+                    p.len(),
+                    "the payload changed after it was polled"
+                );
                 datagram.extend_from_slice(bytes);
             }
             if dst == self.b_addr {
