@@ -5,8 +5,8 @@
 //! A packet's payload lives in its ring slot (copied in by [`SendBuffer::push_stream`] and
 //! [`SendBuffer::push_message`]) or in a chunk: a buffer the application filled on its own
 //! and handed over whole ([`SendBuffer::push_chunk`]), cut into packets where it lies. Chunks
-//! leave in order as their packets are acknowledged, and wait in a small pool for the
-//! application to take them back ([`SendBuffer::take_chunk`]) and fill them again.
+//! leave in order as their packets are acknowledged, and wait in a pool (bounded by the
+//! buffer's free room) for the application to take them back ([`SendBuffer::take_chunk`]) and fill them again.
 
 use crate::seq::{MsgNo, SeqNo};
 use crate::wire::PacketPosition;
@@ -32,7 +32,7 @@ pub(crate) struct SlotMeta {
 
 /// [`SlotMeta::chunk`] of a payload held in its ring slot.
 const IN_RING: u64 = u64::MAX;
-/// Chunks kept for reuse at most.
+/// Chunks the pool keeps for reuse even when the buffer has no free room for them.
 const CHUNK_POOL: usize = 4;
 
 const EMPTY: SlotMeta = SlotMeta {
@@ -68,8 +68,13 @@ pub(crate) struct SendBuffer {
     /// of its packets are held. The front one is number `chunk_base`.
     chunks: VecDeque<(Vec<u8>, usize)>,
     chunk_base: u64,
-    /// Chunks whose packets were all acknowledged, for reuse.
+    /// Chunks whose packets were all acknowledged, for reuse, and their bytes: at most
+    /// [`CHUNK_POOL`] chunks, or as many as the buffer's free room would hold (memory its cap
+    /// allows anyway, and what the application fills next). One acknowledgement may free
+    /// many chunks at once; dropping all but a few would make the application allocate
+    /// (and zero) most of the stream anew.
     pool: Vec<Vec<u8>>,
+    pool_bytes: usize,
 }
 
 /// Why a message could not be queued.
@@ -100,6 +105,7 @@ impl SendBuffer {
             chunks: VecDeque::new(),
             chunk_base: 0,
             pool: Vec::new(),
+            pool_bytes: 0,
         }
     }
 
@@ -145,6 +151,7 @@ impl SendBuffer {
     /// Forgets the first `n` held packets (n <= len); returns their bytes.
     fn release(&mut self, n: usize) -> u64 {
         let mut bytes = 0u64;
+        let room = (self.cap - self.len + n) * self.slot_size;
         for k in 0..n {
             let m = self.meta[self.idx(k)];
             bytes += u64::from(m.len);
@@ -152,7 +159,7 @@ impl SendBuffer {
                 .retransmitted
                 .saturating_sub(usize::from(m.retransmitted));
             if m.chunk != IN_RING {
-                self.release_chunk_packet(m.chunk);
+                self.release_chunk_packet(m.chunk, room);
             }
         }
         self.head = self.idx(n);
@@ -163,8 +170,9 @@ impl SendBuffer {
         bytes
     }
 
-    /// One packet of chunk `id` is no longer held; chunks with none left go to the pool.
-    fn release_chunk_packet(&mut self, id: u64) {
+    /// One packet of chunk `id` is no longer held; chunks with none left go to the pool
+    /// while it holds fewer than [`CHUNK_POOL`] or at most `room` bytes.
+    fn release_chunk_packet(&mut self, id: u64, room: usize) {
         let Some(i) = id
             .checked_sub(self.chunk_base)
             .and_then(|i| usize::try_from(i).ok())
@@ -176,7 +184,8 @@ impl SendBuffer {
         }
         while self.chunks.front().is_some_and(|c| c.1 == 0) {
             if let Some((buf, _)) = self.chunks.pop_front() {
-                if self.pool.len() < CHUNK_POOL {
+                if self.pool.len() < CHUNK_POOL || self.pool_bytes + buf.len() <= room {
+                    self.pool_bytes += buf.len();
                     self.pool.push(buf);
                 }
             }
@@ -226,7 +235,9 @@ impl SendBuffer {
 
     /// A chunk whose packets were all acknowledged, to fill again.
     pub fn take_chunk(&mut self) -> Option<Vec<u8>> {
-        self.pool.pop()
+        let c = self.pool.pop()?;
+        self.pool_bytes -= c.len();
+        Some(c)
     }
 
     fn idx(&self, i: usize) -> usize {
@@ -496,19 +507,27 @@ mod tests {
     }
 
     #[test]
-    fn the_chunk_pool_is_bounded() {
-        let mut b = SendBuffer::new(4, 64, 64, SeqNo::new(0));
-        for k in 0..10u32 {
-            b.push_chunk(vec![k as u8; 4], 4, 0).unwrap();
-            b.mark_sent(SeqNo::new(k), 1, false);
-        }
-        b.ack(SeqNo::new(10));
-        let mut n = 0;
-        while b.take_chunk().is_some() {
-            n += 1;
-        }
-        assert_eq!(n, CHUNK_POOL);
+    fn the_chunk_pool_holds_what_the_free_room_would() {
+        // 16 packets of 4 bytes; ten one-packet chunks and six copied packets still held.
+        let fill = |chunk_bytes: usize| {
+            let mut b = SendBuffer::new(4, 16, 16, SeqNo::new(0));
+            for k in 0..10u32 {
+                b.push_chunk(vec![k as u8; chunk_bytes], 4, 0).unwrap();
+            }
+            assert_eq!(b.push_stream(&[7; 24], 0), 24);
+            for k in 0..16 {
+                b.mark_sent(SeqNo::new(k), 1, false);
+            }
+            // One acknowledgement frees all ten chunks at once: 10 packets (40 bytes) of room.
+            b.ack(SeqNo::new(10));
+            std::iter::from_fn(|| b.take_chunk()).count()
+        };
+        // Chunks of 4 bytes: all ten fit the room and are kept.
+        assert_eq!(fill(4), 10);
+        // Chunks of 16 bytes: two fit; the pool keeps its minimum of four.
+        assert_eq!(fill(16), CHUNK_POOL);
     }
+
 
     proptest::proptest! {
         /// Any mix of copied writes, chunks, sends, acknowledgements and growth holds exactly
