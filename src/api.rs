@@ -9,7 +9,9 @@ use crate::datapath::{self, DatapathStats, Impaired, Impairment};
 use crate::runtime::{self, Shared, State, Wait};
 use slipstream_proto::cc::CcRegistry;
 use slipstream_proto::conn::State as ConnState;
-use slipstream_proto::conn::{CloseReason, ConnConfig, ConnStats, Mode, RecvError, SendError};
+use slipstream_proto::conn::{
+    CloseReason, ConnConfig, ConnStats, Mode, RecvError, SendError, StreamRead,
+};
 use slipstream_proto::endpoint::{ConnId, EndpointConfig, EndpointStats};
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
@@ -532,6 +534,32 @@ impl Connection {
                 Err(e) => return Err(recv_error(e)),
             }
         }
+    }
+
+    /// Stream mode: reads as [`Connection::recv`] does, but when the next bytes fill a whole
+    /// page of the receive buffer (about 700 KiB of full packets in order) takes that page
+    /// out instead of copying it, for the caller to write out from where the packets landed.
+    /// Otherwise copies into `buf`, up to the end of the current page. `spare` gives back a
+    /// page from an earlier call for reuse. `Copied(0)` is the end of the stream.
+    pub fn recv_page(&self, buf: &mut [u8], mut spare: Option<Vec<u8>>) -> io::Result<StreamRead> {
+        if buf.is_empty() {
+            return Ok(StreamRead::Copied(0));
+        }
+        let mut g = self.shared.lock();
+        loop {
+            let c = g.ep.conn(self.id).ok_or_else(gone)?;
+            match c.recv_page(buf, spare.take()) {
+                Ok(r) => return Ok(r),
+                Err(RecvError::WouldBlock) => g = self.wait_for(g, WAIT_SLICE, Wait::Read)?,
+                Err(e) => return Err(recv_error(e)),
+            }
+        }
+    }
+
+    /// Bytes of a page [`Connection::recv_page`] hands out now (it may change as the
+    /// receive buffer grows).
+    pub fn recv_page_len(&self) -> io::Result<usize> {
+        self.with(|c, _| c.recv_page_len())
     }
 
     /// Message or live mode: reads one whole message, waiting for one. `Ok(0)` means the

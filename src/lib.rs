@@ -27,5 +27,5 @@ pub mod transfer;
 
 pub use api::{Connection, Endpoint, EndpointOptions};
 pub use slipstream_proto as proto;
-pub use slipstream_proto::conn::{CloseReason, ConnConfig, ConnStats, Mode};
+pub use slipstream_proto::conn::{CloseReason, ConnConfig, ConnStats, Mode, StreamRead};
 pub use slipstream_proto::endpoint::EndpointStats;

@@ -20,6 +20,7 @@
 //! `OUT.part` and renamed only on success.
 
 use crate::api::Connection;
+use crate::StreamRead;
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
@@ -29,6 +30,10 @@ use std::time::Duration;
 pub const TRAILER_MAGIC: &[u8; 8] = b"SLPSTRM2";
 /// Length of the digest trailer: magic, length, digest.
 pub const TRAILER_LEN: usize = 32;
+
+/// Bytes per read of the source, hashed straight after it: small enough to stay in the
+/// core's cache between the copy that fills it and the hash that reads it.
+const READ_PIECE: usize = 128 << 10;
 
 /// An XXH3-128 digest, big-endian (the byte order `xxhsum -H2` prints).
 pub type Digest = [u8; 16];
@@ -142,9 +147,14 @@ pub fn send_stream<R: Read>(
         let mut chunk = conn.take_chunk()?;
         let mut n = 0;
         while n < chunk.len() {
-            match src.read(&mut chunk[n..]) {
+            // Hash each read while its bytes are still in cache.
+            let to = chunk.len().min(n + READ_PIECE);
+            match src.read(&mut chunk[n..to]) {
                 Ok(0) => break,
-                Ok(k) => n += k,
+                Ok(k) => {
+                    hasher.update(&chunk[n..n + k]);
+                    n += k;
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
@@ -152,7 +162,6 @@ pub fn send_stream<R: Read>(
         if n == 0 {
             break;
         }
-        hasher.update(&chunk[..n]);
         conn.send_chunk(chunk, n)?;
         total += n as u64;
         progress(total);
@@ -216,10 +225,36 @@ pub fn recv_stream<W: Write>(
     let mut held = 0usize;
     let mut written = 0u64;
     let mut hasher = Hasher::new();
+    // A page taken out of the receive buffer (no copy), given back with the next read.
+    let mut spare = None;
     let end = loop {
-        let n = match conn.recv(&mut buf[held..]) {
-            Ok(0) => break Ok(()),
-            Ok(n) => n,
+        let n = match conn.recv_page(&mut buf[held..], spare.take()) {
+            Ok(StreamRead::Copied(0)) => break Ok(()),
+            Ok(StreamRead::Copied(n)) => n,
+            Ok(StreamRead::Page(page)) => {
+                // The bytes held back come first; then the page, less what could be the
+                // trailer, which is held back in turn.
+                let keep = if digest {
+                    page.len().min(TRAILER_LEN)
+                } else {
+                    0
+                };
+                let w = page.len() - keep;
+                if held > 0 && w > 0 {
+                    dst.write_all(&buf[..held])?;
+                    hasher.update(&buf[..held]);
+                    written += held as u64;
+                    held = 0;
+                }
+                dst.write_all(&page[..w])?;
+                hasher.update(&page[..w]);
+                written += w as u64;
+                buf[held..held + keep].copy_from_slice(&page[w..]);
+                held += keep;
+                spare = Some(page);
+                progress(written);
+                continue;
+            }
             Err(e) => break Err(e),
         };
         held += n;

@@ -2,7 +2,7 @@
 
 use slipstream::datapath::Impairment;
 use slipstream::transfer::{self, Verdict};
-use slipstream::{ConnConfig, Connection, Endpoint, EndpointOptions, Mode};
+use slipstream::{ConnConfig, Connection, Endpoint, EndpointOptions, Mode, StreamRead};
 use std::io::Read;
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
@@ -351,4 +351,76 @@ fn chunks_are_sent_in_place_and_recycled() {
         assert!(got == payload, "received bytes differ");
         assert!(reused > 0, "no chunk was reused");
     });
+}
+
+/// Paged reads: whole pages of the receive buffer are handed out without a copy, the rest is
+/// copied, and the two together are the stream.
+#[test]
+fn pages_of_the_receive_buffer_are_handed_out_whole() {
+    let p = pair(Mode::File, EndpointOptions::default());
+    let page_len = p.server.recv_page_len().unwrap();
+    let payload = data(5 * page_len + 1000, 8);
+    // All of it sent (and buffered by the receiver) before it reads, so whole pages wait.
+    let mut sent = 0;
+    while sent < payload.len() {
+        sent += p.client.send(&payload[sent..]).unwrap();
+    }
+    p.client.close().unwrap();
+    // A plain read first: then paged reads copy to the end of the first page and take the
+    // next four whole.
+    let mut buf = vec![0u8; 1000];
+    let n = p.server.recv(&mut buf).unwrap();
+    let mut got = buf[..n].to_vec();
+    let (mut pages, mut spare) = (0, None);
+    loop {
+        match p.server.recv_page(&mut buf, spare.take()).unwrap() {
+            StreamRead::Copied(0) => break,
+            StreamRead::Copied(n) => got.extend_from_slice(&buf[..n]),
+            StreamRead::Page(page) => {
+                assert_eq!(page.len(), page_len);
+                got.extend_from_slice(&page);
+                pages += 1;
+                spare = Some(page);
+            }
+        }
+    }
+    assert!(got == payload, "received bytes differ");
+    assert_eq!(pages, 4, "pages 2 to 5 are handed out whole");
+    let s = p.server.stats().unwrap();
+    assert_eq!(s.bytes_delivered, payload.len() as u64);
+}
+
+/// The digest trailer is found wherever the stream's end falls against the pages: at a
+/// page's end, inside a page, split between a page and a copy.
+#[test]
+fn the_trailer_is_found_across_page_ends() {
+    let page_len = pair(Mode::File, EndpointOptions::default())
+        .server
+        .recv_page_len()
+        .unwrap();
+    let trailer = transfer::TRAILER_LEN;
+    for (k, end) in [0, 10, trailer, trailer + 1, page_len - 5]
+        .into_iter()
+        .enumerate()
+    {
+        let p = pair(Mode::File, EndpointOptions::default());
+        // Content and trailer end `end` bytes past the second page, in full packets (a
+        // plain write, where `send_stream` would send the trailer in a packet of its own),
+        // all sent before the receiver reads, so that whole pages wait for it.
+        let payload = data(2 * page_len + end - trailer, 20 + k as u64);
+        let mut stream = payload.clone();
+        stream.extend_from_slice(&transfer::trailer(
+            payload.len() as u64,
+            &transfer::digest(&payload),
+        ));
+        let mut sent = 0;
+        while sent < stream.len() {
+            sent += p.client.send(&stream[sent..]).unwrap();
+        }
+        p.client.close().unwrap();
+        let mut got = Vec::new();
+        let v = transfer::recv_stream(&p.server, &mut got, |_| {}).unwrap();
+        assert!(got == payload, "received bytes differ (end {end})");
+        assert!(matches!(v, Verdict::Verified { bytes, .. } if bytes == payload.len() as u64));
+    }
 }

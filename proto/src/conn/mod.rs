@@ -111,6 +111,16 @@ pub enum RecvError {
     Closed(CloseReason),
 }
 
+/// What a paged stream read ([`Connection::recv_page`]) gave.
+#[derive(Debug, PartialEq, Eq)]
+pub enum StreamRead {
+    /// Copied this many bytes into the buffer given; 0 is the end of the stream.
+    Copied(usize),
+    /// The next bytes of the stream, a whole page of the receive buffer taken out of it
+    /// without a copy. Hand it back with the next call.
+    Page(Vec<u8>),
+}
+
 /// Control packets waiting to be sent. Bounded: each kind is a flag or a small fixed array.
 #[derive(Debug, Default)]
 struct Pending {
@@ -775,12 +785,48 @@ impl Connection {
         if self.cfg.mode != Mode::File {
             return Err(RecvError::WrongMode);
         }
-        let n = self.rbuf.read_stream(self.rcv_ack, buf);
+        let n = self.rbuf.read_stream(self.rcv_ack, buf, false);
         if n > 0 {
             self.stats.bytes_delivered += n as u64;
             return Ok(n);
         }
         self.recv_end()
+    }
+
+    /// Stream mode: reads bytes as [`Connection::recv`] does, but when the next bytes fill a
+    /// whole page of the receive buffer (its [`Connection::recv_page_len`] bytes of full-size
+    /// packets, all in order) takes that page out instead of copying it: the application
+    /// writes it out from where the packets landed. Otherwise copies into `buf`, up to the
+    /// end of the current page (so that the next call may take the next one).
+    /// `spare` is a page from an earlier call, given back for reuse. `Copied(0)` is the end
+    /// of the stream.
+    pub fn recv_page(
+        &mut self,
+        buf: &mut [u8],
+        spare: Option<Vec<u8>>,
+    ) -> Result<StreamRead, RecvError> {
+        if self.cfg.mode != Mode::File {
+            return Err(RecvError::WrongMode);
+        }
+        if let Some(p) = spare {
+            self.rbuf.give_page(p);
+        }
+        if let Some(p) = self.rbuf.take_page(self.rcv_ack) {
+            self.stats.bytes_delivered += p.len() as u64;
+            return Ok(StreamRead::Page(p));
+        }
+        let n = self.rbuf.read_stream(self.rcv_ack, buf, true);
+        if n > 0 {
+            self.stats.bytes_delivered += n as u64;
+            return Ok(StreamRead::Copied(n));
+        }
+        self.recv_end().map(StreamRead::Copied)
+    }
+
+    /// Bytes of a page [`Connection::recv_page`] hands out (it changes as the receive buffer
+    /// grows).
+    pub fn recv_page_len(&self) -> usize {
+        self.rbuf.page_slots() * self.payload_size
     }
 
     fn recv_end<T: Default>(&self) -> Result<T, RecvError> {

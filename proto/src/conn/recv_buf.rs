@@ -1,6 +1,12 @@
 //! The receiver's buffer: a ring indexed by sequence number from the next packet the application
 //! will read. Out-of-order packets wait in place; the application reads bytes (stream) or whole
 //! messages. Capacity grows by doubling up to a memory cap; otherwise nothing allocates.
+//!
+//! The ring's memory is a run of pages of [`RecvBuffer::page_slots`] slots each (the last
+//! may be shorter). In stream
+//! mode the application may take a whole page of in-order, full packets out of the ring
+//! instead of copying it ([`RecvBuffer::take_page`]): a spare page takes its place, and the
+//! application hands the page back when done with it ([`RecvBuffer::give_page`]).
 
 use crate::seq::{MsgNo, SeqNo};
 use crate::wire::PacketPosition;
@@ -14,6 +20,13 @@ pub(crate) struct RSlot {
     /// Sender timestamp unwrapped to 64 bits, µs.
     pub ts_us: u64,
 }
+
+/// About how many bytes a page holds: slots of 1456 bytes make pages of 512 (728 KiB), slots
+/// of 64 KiB pages of 16. Small enough to stay in cache while the application writes it out
+/// and hashes it.
+const PAGE_BYTES: usize = 1 << 20;
+/// Spare pages kept.
+const PAGE_POOL: usize = 4;
 
 const EMPTY: RSlot = RSlot {
     present: false,
@@ -50,7 +63,13 @@ pub(crate) struct RecvBuffer {
     slot_size: usize,
     cap: usize,
     max_cap: usize,
-    data: Vec<u8>,
+    /// The ring's bytes: pages of `page_slots * slot_size` bytes, the last one shorter if
+    /// `cap` is not a whole number of pages.
+    pages: Vec<Vec<u8>>,
+    /// log2 of the slots per page.
+    page_shift: u32,
+    /// Spare (whole) pages for [`RecvBuffer::take_page`].
+    spare: Vec<Vec<u8>>,
     meta: Vec<RSlot>,
     /// Sequence number of the head slot: the next packet to deliver.
     read_seq: SeqNo,
@@ -63,12 +82,30 @@ pub(crate) struct RecvBuffer {
 
 impl RecvBuffer {
     pub fn new(slot_size: usize, cap: usize, max_cap: usize, isn: SeqNo) -> Self {
+        Self::with_page_shift(
+            slot_size,
+            cap,
+            max_cap,
+            isn,
+            Self::page_shift_for(slot_size),
+        )
+    }
+
+    fn with_page_shift(
+        slot_size: usize,
+        cap: usize,
+        max_cap: usize,
+        isn: SeqNo,
+        page_shift: u32,
+    ) -> Self {
         let cap = cap.min(max_cap).max(2);
         RecvBuffer {
             slot_size,
             cap,
             max_cap: max_cap.max(cap),
-            data: vec![0; cap * slot_size],
+            pages: Self::alloc_pages(cap, page_shift, slot_size),
+            page_shift,
+            spare: Vec::new(),
             meta: vec![EMPTY; cap],
             read_seq: isn,
             head: 0,
@@ -89,6 +126,38 @@ impl RecvBuffer {
     }
     pub fn read_seq(&self) -> SeqNo {
         self.read_seq
+    }
+
+    /// Slots per page: the largest power of two whose page is at most [`PAGE_BYTES`].
+    fn page_shift_for(slot_size: usize) -> u32 {
+        (PAGE_BYTES / slot_size.max(1)).max(1).ilog2()
+    }
+
+    fn alloc_pages(cap: usize, page_shift: u32, slot_size: usize) -> Vec<Vec<u8>> {
+        let per_page = 1 << page_shift;
+        (0..cap.div_ceil(per_page))
+            .map(|p| vec![0; slot_size * per_page.min(cap - p * per_page)])
+            .collect()
+    }
+
+    /// Slots per page: [`RecvBuffer::take_page`] hands out this many packets at a time.
+    pub fn page_slots(&self) -> usize {
+        1 << self.page_shift
+    }
+
+    fn page_bytes(&self) -> usize {
+        self.slot_size << self.page_shift
+    }
+
+    /// Bytes of ring slot `i`: (page, start within the page).
+    fn at(&self, i: usize) -> (usize, usize) {
+        let mask = (1 << self.page_shift) - 1;
+        (i >> self.page_shift, (i & mask) * self.slot_size)
+    }
+
+    fn slot(&self, i: usize, len: usize) -> &[u8] {
+        let (p, o) = self.at(i);
+        &self.pages[p][o..o + len]
     }
 
     fn idx(&self, off: usize) -> usize {
@@ -126,7 +195,8 @@ impl RecvBuffer {
             return Insert::Duplicate;
         }
         let n = payload.len().min(self.slot_size);
-        self.data[i * self.slot_size..i * self.slot_size + n].copy_from_slice(&payload[..n]);
+        let (p, o) = self.at(i);
+        self.pages[p][o..o + n].copy_from_slice(&payload[..n]);
         self.meta[i] = RSlot {
             present: true,
             len: n as u32,
@@ -164,18 +234,24 @@ impl RecvBuffer {
         self.read_off = 0;
     }
 
-    /// Stream read: copies contiguous bytes of packets before `limit` into `out`.
-    pub fn read_stream(&mut self, limit: SeqNo, out: &mut [u8]) -> usize {
+    /// Stream read: copies contiguous bytes of packets before `limit` into `out`. With
+    /// `to_page`, stops at the end of the head's page (so that the next read may take a
+    /// whole page, see [`RecvBuffer::take_page`]).
+    pub fn read_stream(&mut self, limit: SeqNo, out: &mut [u8], to_page: bool) -> usize {
         let mut done = 0;
+        let mask = self.page_slots() - 1;
         while done < out.len() && self.read_seq.lt(limit) {
+            if to_page && done > 0 && self.read_off == 0 && self.head & mask == 0 {
+                break;
+            }
             let m = self.meta[self.head];
             if !m.present {
                 break;
             }
-            let start = self.head * self.slot_size + self.read_off;
             let avail = m.len as usize - self.read_off;
             let n = avail.min(out.len() - done);
-            out[done..done + n].copy_from_slice(&self.data[start..start + n]);
+            let from = &self.slot(self.head, m.len as usize)[self.read_off..];
+            out[done..done + n].copy_from_slice(&from[..n]);
             done += n;
             if n == avail {
                 // advance() subtracts the whole packet; undo the partial reads counted so far.
@@ -187,6 +263,39 @@ impl RecvBuffer {
             }
         }
         done
+    }
+
+    /// Stream read without a copy: when the head starts a (whole) page and that page holds
+    /// [`RecvBuffer::page_slots`] full-size packets, all before `limit`, takes the page out of
+    /// the ring (a spare, or a new page, takes its place) and returns it: the next
+    /// `page_slots * slot_size` bytes of the stream. `None` otherwise.
+    pub fn take_page(&mut self, limit: SeqNo) -> Option<Vec<u8>> {
+        let n = self.page_slots();
+        let aligned = self.head & (n - 1) == 0 && self.read_off == 0;
+        if !aligned || self.head + n > self.cap || limit.diff(self.read_seq) < n as i32 {
+            return None;
+        }
+        let full = self.meta[self.head..self.head + n]
+            .iter()
+            .all(|m| m.present && m.len as usize == self.slot_size);
+        if !full {
+            return None;
+        }
+        let fresh = match self.spare.pop() {
+            Some(p) => p,
+            None => vec![0; self.page_bytes()],
+        };
+        let page = std::mem::replace(&mut self.pages[self.head >> self.page_shift], fresh);
+        self.advance(n);
+        Some(page)
+    }
+
+    /// Gives back a page from [`RecvBuffer::take_page`] for reuse (kept if it is of the
+    /// page size and fewer than a few are spare).
+    pub fn give_page(&mut self, page: Vec<u8>) {
+        if page.len() == self.page_bytes() && self.spare.len() < PAGE_POOL {
+            self.spare.push(page);
+        }
     }
 
     /// Length in packets and bytes of the complete message at the head, if complete and all of
@@ -223,8 +332,7 @@ impl RecvBuffer {
         for k in 0..pkts {
             let i = self.idx(k);
             let len = self.meta[i].len as usize;
-            out[done..done + len]
-                .copy_from_slice(&self.data[i * self.slot_size..i * self.slot_size + len]);
+            out[done..done + len].copy_from_slice(self.slot(i, len));
             done += len;
         }
         self.advance(pkts);
@@ -282,18 +390,20 @@ impl RecvBuffer {
             return false;
         }
         let new_cap = (self.cap * 2).min(self.max_cap);
-        let mut data = vec![0u8; new_cap * self.slot_size];
+        let page_shift = self.page_shift;
+        let mut pages = Self::alloc_pages(new_cap, page_shift, self.slot_size);
         let mut meta = vec![EMPTY; new_cap];
+        let mask = (1 << page_shift) - 1;
         for k in 0..self.cap {
             let i = self.idx(k);
             if self.meta[i].present {
                 let len = self.meta[i].len as usize;
-                data[k * self.slot_size..k * self.slot_size + len]
-                    .copy_from_slice(&self.data[i * self.slot_size..i * self.slot_size + len]);
+                let o = (k & mask) * self.slot_size;
+                pages[k >> page_shift][o..o + len].copy_from_slice(self.slot(i, len));
             }
             meta[k] = self.meta[i];
         }
-        self.data = data;
+        self.pages = pages;
         self.meta = meta;
         self.cap = new_cap;
         self.head = 0;
@@ -317,7 +427,7 @@ mod tests {
             Insert::Stored
         );
         let mut out = [0u8; 16];
-        assert_eq!(b.read_stream(s(1), &mut out), 0, "head missing");
+        assert_eq!(b.read_stream(s(1), &mut out, false), 0, "head missing");
         b.insert(
             s(SeqNo::MAX),
             PacketPosition::Solo,
@@ -335,8 +445,8 @@ mod tests {
             ),
             Insert::Duplicate
         );
-        assert_eq!(b.read_stream(s(1), &mut out[..3]), 3);
-        assert_eq!(b.read_stream(s(1), &mut out[3..]), 5);
+        assert_eq!(b.read_stream(s(1), &mut out[..3], false), 3);
+        assert_eq!(b.read_stream(s(1), &mut out[3..], false), 5);
         assert_eq!(&out[..8], b"abcdefgh");
         assert_eq!(b.bytes(), 0);
         assert_eq!(b.count(), 0);
@@ -348,6 +458,119 @@ mod tests {
             b.insert(s(9), PacketPosition::Solo, MsgNo::new(1), 0, b"x"),
             Insert::Overflow
         );
+    }
+
+    fn put(b: &mut RecvBuffer, seq: u32, data: &[u8]) -> Insert {
+        b.insert(s(seq), PacketPosition::Solo, MsgNo::new(1), 0, data)
+    }
+
+    #[test]
+    fn whole_pages_of_full_packets_are_taken_not_copied() {
+        // Slots of 2 bytes, 20 of them: pages of 8 slots, the last one of 4.
+        let mut b = RecvBuffer::with_page_shift(2, 20, 64, s(0), 3);
+        assert_eq!(b.page_slots(), 8);
+        for k in 0..8u32 {
+            if k != 3 {
+                put(&mut b, k, &[k as u8; 2]);
+            }
+        }
+        assert_eq!(b.take_page(s(8)), None, "a hole");
+        put(&mut b, 3, &[3; 2]);
+        assert_eq!(b.take_page(s(7)), None, "not all acknowledged");
+        let page = b.take_page(s(8)).expect("a whole page");
+        assert_eq!(page, [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7]);
+        let first = page.as_ptr();
+        assert_eq!((b.read_seq(), b.count(), b.bytes()), (s(8), 0, 0));
+        // A short packet is copied, and the copy stops at the page's end.
+        b.give_page(page);
+        for k in 8..28u32 {
+            let d = [k as u8; 2];
+            assert_eq!(
+                put(&mut b, k, if k == 9 { &d[..1] } else { &d }),
+                Insert::Stored
+            );
+        }
+        assert_eq!(b.take_page(s(28)), None, "a short packet");
+        let mut out = [0u8; 64];
+        assert_eq!(b.read_stream(s(28), &mut out, true), 15);
+        assert_eq!(b.read_seq(), s(16));
+        // The short last page is never taken; its copy stops where the ring wraps.
+        assert_eq!(b.take_page(s(28)), None, "the short last page");
+        assert_eq!(b.read_stream(s(28), &mut out[..5], true), 5);
+        assert_eq!(b.read_stream(s(28), &mut out, true), 3);
+        assert_eq!(b.read_seq(), s(20));
+        let page = b.take_page(s(28)).expect("the first page again");
+        assert_eq!(page[..4], [20, 20, 21, 21]);
+        // The page given back took its place in the ring.
+        assert_eq!(b.pages[0].as_ptr(), first);
+        assert!(b.spare.is_empty());
+        // Without `to_page`, a copy runs past the end of a page.
+        for k in 28..38u32 {
+            put(&mut b, k, &[k as u8; 2]);
+        }
+        assert_eq!(b.read_stream(s(38), &mut out[..3], false), 3);
+        assert_eq!(b.read_stream(s(38), &mut out, false), 17);
+        assert_eq!(b.read_seq(), s(38));
+    }
+
+    proptest::proptest! {
+        /// Reading by pages and copies, with packets arriving in any order and the buffer
+        /// growing on the way, yields the stream exactly.
+        #[test]
+        fn paged_reads_yield_the_stream(
+            order in proptest::collection::vec(0usize..6, 1..200),
+            shorts in proptest::collection::vec(proptest::bool::weighted(0.05), 200),
+            grow_at in proptest::collection::vec(0usize..200, 0..3),
+            isn in proptest::prelude::any::<u32>(),
+        ) {
+            let isn = SeqNo::new(isn & SeqNo::MAX);
+            // Pages of 4 slots; the capacity (5, 10, 20) is not a whole number of them.
+            let mut b = RecvBuffer::with_page_shift(3, 5, 40, isn, 2);
+            let total = order.len() as u32;
+            let payload = |k: u32| -> Vec<u8> {
+                let n = if shorts[k as usize] { 1 } else { 3 };
+                (0..n).map(|j| (k as u8).wrapping_mul(3).wrapping_add(j)).collect()
+            };
+            let expected: Vec<u8> = (0..total).flat_map(payload).collect();
+            // Arrival: each packet is delayed by up to `order[k]` places.
+            let mut arrivals: Vec<(usize, u32)> =
+                (0..total).map(|k| (k as usize + order[k as usize], k)).collect();
+            arrivals.sort();
+            let mut got = Vec::new();
+            let mut spare = None;
+            let mut pending: Vec<u32> = arrivals.iter().map(|a| a.1).collect();
+            let mut step = 0usize;
+            let mut contiguous = 0u32;
+            while (got.len() < expected.len()) && step < 10_000 {
+                step += 1;
+                if grow_at.contains(&step) {
+                    b.grow();
+                }
+                // Deliver what fits (the rest is dropped, to come again later), then read.
+                pending.retain(|&k| {
+                    b.insert(isn.add(k), PacketPosition::Solo, MsgNo::new(1), 0, &payload(k))
+                        == Insert::Overflow
+                });
+                while b.is_present(isn.add(contiguous)) || isn.add(contiguous).lt(b.read_seq()) {
+                    contiguous += 1;
+                }
+                let limit = isn.add(contiguous);
+                if let Some(p) = spare.take() {
+                    b.give_page(p);
+                }
+                if let Some(page) = b.take_page(limit) {
+                    got.extend_from_slice(&page);
+                    spare = Some(page);
+                } else {
+                    let mut out = [0u8; 7];
+                    let n = b.read_stream(limit, &mut out, true);
+                    got.extend_from_slice(&out[..n]);
+                }
+            }
+            proptest::prop_assert_eq!(got, expected);
+            proptest::prop_assert_eq!(b.count(), 0);
+            proptest::prop_assert_eq!(b.bytes(), 0);
+        }
     }
 
     #[test]

@@ -528,7 +528,6 @@ mod tests {
         assert_eq!(fill(16), CHUNK_POOL);
     }
 
-
     proptest::proptest! {
         /// Any mix of copied writes, chunks, sends, acknowledgements and growth holds exactly
         /// the bytes written and not yet acknowledged, in order.
