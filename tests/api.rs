@@ -388,6 +388,7 @@ fn pages_of_the_receive_buffer_are_handed_out_whole() {
     assert_eq!(pages, 4, "pages 2 to 5 are handed out whole");
     let s = p.server.stats().unwrap();
     assert_eq!(s.bytes_delivered, payload.len() as u64);
+    assert_eq!(s.bytes_delivered_in_pages, 4 * page_len as u64);
 }
 
 /// The digest trailer is found wherever the stream's end falls against the pages: at a

@@ -813,6 +813,7 @@ impl Connection {
         }
         if let Some(p) = self.rbuf.take_page(self.rcv_ack) {
             self.stats.bytes_delivered += p.len() as u64;
+            self.stats.bytes_delivered_in_pages += p.len() as u64;
             return Ok(StreamRead::Page(p));
         }
         let n = self.rbuf.read_stream(self.rcv_ack, buf, true);

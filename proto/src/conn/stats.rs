@@ -41,6 +41,9 @@ pub struct ConnStats {
     pub bytes_acked: u64,
     /// Payload bytes delivered to the application.
     pub bytes_delivered: u64,
+    /// Of those, bytes handed out as whole pages of the receive buffer (no copy, see
+    /// `Connection::recv_page`).
+    pub bytes_delivered_in_pages: u64,
     /// Full ACKs sent / received.
     pub acks_sent: u64,
     /// Full ACKs received.
