@@ -17,7 +17,9 @@
 //! engine, which only the lock holder may read). Otherwise the engine copies whole datagrams
 //! into the loop's buffer and the batch is sent after unlocking.
 
-use crate::datapath::{Datapath, DatapathStats, Tx, TxGather, Waker, MAX_UDP_PAYLOAD};
+use crate::datapath::{
+    Datapath, DatapathStats, RxBatch, RxSplit, Tx, TxGather, Waker, MAX_UDP_PAYLOAD, SPLIT_HEAD,
+};
 use slipstream_proto::conn::Event;
 use slipstream_proto::endpoint::{ConnId, Endpoint, PayloadRef};
 use std::collections::VecDeque;
@@ -30,6 +32,8 @@ use std::time::{Duration, Instant};
 
 /// Most datagrams sent per loop iteration.
 const TX_DATAGRAMS: usize = 256;
+/// Datagrams per split receive (see [`Split`]): with 64 KiB payloads, 4 MiB of buffers.
+const SPLIT_MSGS: usize = 64;
 /// Most payload bytes per gather send: it runs under the lock (see [`IoLoop::gather`]), and
 /// application threads wait for that lock to queue data or read it. About a millisecond of
 /// copying in the kernel.
@@ -195,6 +199,7 @@ pub(crate) fn spawn(
         since_notify: 0,
         unnotified_since: None,
         coalesce: Coalescer::default(),
+        split: Split::default(),
     };
     let handle = std::thread::Builder::new()
         .name("slipstream-io".into())
@@ -217,6 +222,64 @@ struct IoLoop {
     /// When the first of those was handled.
     unnotified_since: Option<Instant>,
     coalesce: Coalescer,
+    split: Split,
+}
+
+/// Split receives (see [`Endpoint::handle_data_owned`]): while the engine's connections carry
+/// large payloads and the datapath can, each datagram's header lands in `heads` and its
+/// payload in a buffer of `bufs`, which the engine may keep (giving back another): a payload
+/// of 64 KiB over loopback then reaches the application without a copy of ours.
+#[derive(Debug, Default)]
+struct Split {
+    /// Payload buffer length, from [`Endpoint::owned_payload_len`]; `None`: receive batches.
+    len: Option<usize>,
+    heads: Vec<[u8; SPLIT_HEAD]>,
+    bufs: Vec<Vec<u8>>,
+    got: Vec<RxSplit>,
+    /// Where a GRO batch's first datagram is joined back together.
+    joined: Vec<u8>,
+}
+
+impl Split {
+    /// Follows the engine's payload length; (re)allocates the buffers when it changes.
+    fn set_len(&mut self, len: Option<usize>) {
+        if len == self.len {
+            return;
+        }
+        self.len = len;
+        self.got.clear();
+        match len {
+            Some(n) => {
+                self.heads = vec![[0; SPLIT_HEAD]; SPLIT_MSGS];
+                self.bufs = vec![vec![0; n]; SPLIT_MSGS];
+            }
+            None => {
+                self.heads = Vec::new();
+                self.bufs = Vec::new();
+            }
+        }
+    }
+
+    /// Hands what the last split receive got to the engine.
+    fn handle(&mut self, ep: &mut Endpoint, now: Instant) {
+        for m in &self.got {
+            let at = m.at.unwrap_or(now);
+            let (head, buf) = (&self.heads[m.index], &mut self.bufs[m.index]);
+            let h = m.len.min(SPLIT_HEAD);
+            let Some(seg) = m.segment else {
+                ep.handle_data_owned(now, at, m.src, &head[..h], buf, m.len - h);
+                continue;
+            };
+            // Several datagrams (rare here: large payloads are not sent in GSO runs): joined
+            // back together, then cut.
+            self.joined.clear();
+            self.joined.extend_from_slice(&head[..h]);
+            self.joined.extend_from_slice(&buf[..m.len - h]);
+            for d in self.joined.chunks(seg.max(1)) {
+                ep.handle_at(now, at, m.src, d);
+            }
+        }
+    }
 }
 
 /// Decides the receive-coalescing naps (see [`STEADY_WINDOW`]). Reads no clock.
@@ -346,7 +409,15 @@ impl IoLoop {
                     timeout = Some(t - nap);
                 }
             }
-            let batch = self.dp.recv(timeout)?;
+            let split = self.split.len.is_some() && self.dp.splits();
+            let batch = if split {
+                let sp = &mut self.split;
+                self.dp
+                    .recv_split(timeout, &mut sp.heads, &mut sp.bufs, &mut sp.got)?;
+                RxBatch::empty()
+            } else {
+                self.dp.recv(timeout)?
+            };
             shared.io_sleeping.store(false, Ordering::Release);
 
             // One time per batch: when it was read (the receiver's rate estimator shares the
@@ -356,10 +427,13 @@ impl IoLoop {
             // the receiver averages over an ACK interval.
             let read_at = Instant::now();
             let mut g = shared.lock();
-            let n = batch.len();
+            let n = batch.len() + if split { self.split.got.len() } else { 0 };
             self.coalesce.on_batch(read_at, n);
             for (src, data, at) in batch.iter_timed() {
                 g.ep.handle_at(read_at, at.unwrap_or(read_at), src, data);
+            }
+            if split {
+                self.split.handle(&mut g.ep, read_at);
             }
             let now = Instant::now();
             let mut fired = false;
@@ -387,6 +461,7 @@ impl IoLoop {
                     }
                 }
             }
+            self.split.set_len(g.ep.owned_payload_len());
             if g.max_mss > self.slot {
                 // A connection with a larger MSS appeared: grow once, outside the steady state.
                 self.slot = g.max_mss;

@@ -4,7 +4,11 @@
 //! # Calling protocol
 //!
 //! - Input: [`Endpoint::handle`] for every datagram the socket receives, with its source
-//!   address; [`Endpoint::handle_timeout`] once [`Endpoint::poll_timeout`] has passed.
+//!   address; [`Endpoint::handle_timeout`] once [`Endpoint::poll_timeout`] has passed. A
+//!   runtime may instead receive each datagram's header and payload apart, the payload into
+//!   a buffer of [`Endpoint::owned_payload_len`] bytes, and hand both to
+//!   [`Endpoint::handle_data_owned`]: large payloads then enter the receive buffer without a
+//!   copy (the runtime gets an empty buffer back in exchange).
 //! - Output: after any input, timeout or application operation, call
 //!   [`Endpoint::poll_transmit`] until it returns `None`, sending each datagram; then read
 //!   [`Endpoint::poll_timeout`] to know when to wake, and drain [`Endpoint::poll_event`].
@@ -17,11 +21,11 @@
 
 use crate::cc::CcRegistry;
 use crate::conn::handshake::{peer_ip_field, srt_flags, HS_EXT_CONFIG, HS_EXT_HSREQ, SRT_VERSION};
-use crate::conn::{Accepted, ConnConfig, Connection, Event, Mode};
+use crate::conn::{Accepted, ConnConfig, Connection, Event, Mode, OWNED_PAYLOAD_MIN};
 use crate::seq::SeqNo;
 use crate::wire::{
-    Control, ControlBody, Handshake, HsExtensions, HsType, Packet, RejectReason, SlipstreamExt,
-    SrtFlags, SrtHs, HS_VERSION_SRT5, SRT_MAGIC,
+    Control, ControlBody, DataHeader, Handshake, HsExtensions, HsType, Packet, RejectReason,
+    SlipstreamExt, SrtFlags, SrtHs, HEADER_LEN, HS_VERSION_SRT5, MAX_DATAGRAM, SRT_MAGIC,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -171,6 +175,8 @@ pub struct Endpoint {
     responses: VecDeque<(SocketAddr, u32, Handshake)>,
     rr: usize,
     stats: EndpointStats,
+    /// Where [`Endpoint::handle_data_owned`] joins a datagram that is not a data packet.
+    joined: Vec<u8>,
 }
 
 impl Endpoint {
@@ -190,6 +196,7 @@ impl Endpoint {
             responses: VecDeque::with_capacity(RESPONSE_QUEUE),
             rr: 0,
             stats: EndpointStats::default(),
+            joined: Vec::new(),
         }
     }
 
@@ -329,6 +336,63 @@ impl Endpoint {
         if was_connecting && c.peer_id() != 0 {
             self.by_peer.insert((remote, c.peer_id()), dst);
         }
+    }
+
+    /// The payload length of receive buffers for [`Endpoint::handle_data_owned`]: the
+    /// largest payload size of the connections, if it is at least [`OWNED_PAYLOAD_MIN`]
+    /// (smaller payloads are copied; a runtime reads them the usual way, in batches).
+    pub fn owned_payload_len(&self) -> Option<usize> {
+        self.conns
+            .iter()
+            .map(Connection::payload_size)
+            .max()
+            .filter(|&n| n >= OWNED_PAYLOAD_MIN)
+    }
+
+    /// [`handle_at`](Self::handle_at) for a datagram received in two parts: its first
+    /// [`HEADER_LEN`] bytes in `head` and the rest in the first `len` bytes of `payload`, a
+    /// buffer the caller owns. When it is a data packet whose payload fills a slot of its
+    /// connection's receive buffer (`payload.len()` equals the connection's payload size,
+    /// see [`Endpoint::owned_payload_len`]), the connection keeps `payload` and leaves in its
+    /// place a buffer of the same length (stale contents) for the caller's next receive: the
+    /// payload is never copied. Anything else is joined and handled as `handle_at` would.
+    pub fn handle_data_owned(
+        &mut self,
+        now: Instant,
+        received: Instant,
+        remote: SocketAddr,
+        head: &[u8],
+        payload: &mut Vec<u8>,
+        len: usize,
+    ) {
+        let len = len.min(payload.len());
+        let data =
+            head.len() == HEADER_LEN && head[0] & 0x80 == 0 && HEADER_LEN + len <= MAX_DATAGRAM;
+        let hdr = if data {
+            DataHeader::parse(head).ok()
+        } else {
+            None
+        };
+        let Some(h) = hdr else {
+            let mut joined = std::mem::take(&mut self.joined);
+            joined.clear();
+            joined.extend_from_slice(head);
+            joined.extend_from_slice(&payload[..len]);
+            self.handle_at(now, received, remote, &joined);
+            self.joined = joined;
+            return;
+        };
+        self.stats.datagrams_in += 1;
+        let Some(&i) = self.index.get(&h.dst_socket) else {
+            self.stats.unknown_socket += 1;
+            return;
+        };
+        let c = &mut self.conns[i];
+        if c.peer_addr() != remote {
+            self.stats.wrong_source += 1;
+            return;
+        }
+        c.handle_data_owned(now, received.min(now), &h, payload, len);
     }
 
     /// Processes expired timers of every connection.

@@ -164,6 +164,28 @@ impl Default for RxMeta {
     }
 }
 
+/// Bytes a split receive puts apart at the start of each datagram ([`Datapath::recv_split`]):
+/// an SRT packet header.
+pub const SPLIT_HEAD: usize = 16;
+
+/// One message of a [`Datapath::recv_split`]: its first [`SPLIT_HEAD`] bytes are in the
+/// caller's `heads[index]`, the rest at the start of `bufs[index]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RxSplit {
+    /// Which header and buffer hold it.
+    pub index: usize,
+    /// Source address.
+    pub src: SocketAddr,
+    /// Its length, both parts together (a datagram shorter than [`SPLIT_HEAD`] is all in
+    /// the header).
+    pub len: usize,
+    /// Set when the message holds several datagrams of this many bytes each (a GRO batch;
+    /// the last may be shorter), back to back across the two parts.
+    pub segment: Option<usize>,
+    /// When the kernel received it, as in [`RxMeta::at`].
+    pub at: Option<Instant>,
+}
+
 /// The datagrams of a [`Datapath::send_gather`]: each one's destination, header and payload,
 /// borrowed for the call.
 pub trait TxGather {
@@ -347,6 +369,31 @@ pub trait Datapath: Send + std::fmt::Debug {
     /// wake-up.
     fn recv(&mut self, timeout: Option<Duration>) -> io::Result<RxBatch<'_>>;
 
+    /// Whether [`Datapath::recv_split`] works.
+    fn splits(&self) -> bool {
+        false
+    }
+
+    /// Receives as [`Datapath::recv`] does, but into the caller's buffers, each datagram in
+    /// two parts: its first [`SPLIT_HEAD`] bytes into `heads[i]`, the rest into `bufs[i]`
+    /// (up to that buffer's length; a longer datagram is dropped and counted). `out` is
+    /// cleared, then lists the messages received. The caller can then keep a payload
+    /// where it landed. Backends that do not split ([`Datapath::splits`] false) refuse with
+    /// `Unsupported`.
+    fn recv_split(
+        &mut self,
+        timeout: Option<Duration>,
+        heads: &mut [[u8; SPLIT_HEAD]],
+        bufs: &mut [Vec<u8>],
+        out: &mut Vec<RxSplit>,
+    ) -> io::Result<()> {
+        let _ = (timeout, heads, bufs, out);
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this datapath does not split receives",
+        ))
+    }
+
     /// A handle other threads use to interrupt a blocked [`Datapath::recv`].
     fn waker(&self) -> io::Result<Waker>;
 
@@ -419,6 +466,18 @@ impl<D: Datapath + ?Sized> Datapath for Box<D> {
     }
     fn recv(&mut self, timeout: Option<Duration>) -> io::Result<RxBatch<'_>> {
         (**self).recv(timeout)
+    }
+    fn splits(&self) -> bool {
+        (**self).splits()
+    }
+    fn recv_split(
+        &mut self,
+        timeout: Option<Duration>,
+        heads: &mut [[u8; SPLIT_HEAD]],
+        bufs: &mut [Vec<u8>],
+        out: &mut Vec<RxSplit>,
+    ) -> io::Result<()> {
+        (**self).recv_split(timeout, heads, bufs, out)
     }
     fn waker(&self) -> io::Result<Waker> {
         (**self).waker()

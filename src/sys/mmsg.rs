@@ -30,7 +30,8 @@
 
 use super::zerocopy::{Completions, SO_ZEROCOPY};
 use crate::datapath::{
-    Datapath, DatapathStats, RxBatch, RxMeta, Tx, TxGather, Waker, MAX_UDP_PAYLOAD,
+    Datapath, DatapathStats, RxBatch, RxMeta, RxSplit, Tx, TxGather, Waker, MAX_UDP_PAYLOAD,
+    SPLIT_HEAD,
 };
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use serde::Serialize;
@@ -209,6 +210,18 @@ macro_rules! forward_datapath {
             fn recv(&mut self, timeout: Option<Duration>) -> io::Result<RxBatch<'_>> {
                 self.core.recv(timeout)
             }
+            fn splits(&self) -> bool {
+                true
+            }
+            fn recv_split(
+                &mut self,
+                timeout: Option<Duration>,
+                heads: &mut [[u8; SPLIT_HEAD]],
+                bufs: &mut [Vec<u8>],
+                out: &mut Vec<RxSplit>,
+            ) -> io::Result<()> {
+                self.core.recv_split(timeout, heads, bufs, out)
+            }
             fn waker(&self) -> io::Result<Waker> {
                 self.core.waker()
             }
@@ -293,18 +306,20 @@ struct TxArrays {
     msgs: Vec<Msg>,
 }
 
-/// Receive-side arrays: header `i` receives into `buf[i * RX_SLOT..]`.
+/// Receive-side arrays: header `i` receives into `buf[i * RX_SLOT..]` (a split receive: into
+/// the two iovecs at `siovs[2 * i]`, the caller's header and payload buffers).
 struct RxArrays {
     hdrs: Vec<libc::mmsghdr>,
     iovs: Vec<libc::iovec>,
+    siovs: Vec<libc::iovec>,
     addrs: Vec<RawAddr>,
     ctrls: Vec<Ctrl>,
     buf: Vec<u8>,
 }
 
 // SAFETY: the raw pointers in the headers and iovecs point only into buffers owned by the
-// same struct (heap allocations that move with it) or, during one `send` or `send_gather`
-// call, into the caller's buffers; they are rewritten before every system call and never dereferenced by
+// same struct (heap allocations that move with it) or, during one `send`, `send_gather` or
+// `recv_split` call, into the caller's buffers; they are rewritten before every system call and never dereferenced by
 // this code, so moving the arrays to another thread is sound.
 unsafe impl Send for TxArrays {}
 // SAFETY: as for `TxArrays`: the pointers target the struct's own heap buffers only.
@@ -397,6 +412,7 @@ impl Core {
             rx: RxArrays {
                 hdrs: vec![zeroed_mmsghdr(); RX_SLOTS],
                 iovs: vec![empty_iovec(); RX_SLOTS],
+                siovs: vec![empty_iovec(); 2 * RX_SLOTS],
                 addrs: vec![RawAddr([0; 28]); RX_SLOTS],
                 ctrls: vec![Ctrl([0; 64]); RX_SLOTS],
                 buf: vec![0; RX_SLOTS * RX_SLOT],
@@ -752,17 +768,63 @@ impl Core {
 
     fn recv(&mut self, timeout: Option<Duration>) -> io::Result<RxBatch<'_>> {
         self.rx_metas.clear();
+        self.recv_with(timeout, |c| {
+            let n = c.recvmmsg()?;
+            let clocks = (Instant::now(), SystemTime::now());
+            Ok(c.unpack(n, clocks) || !c.rx_metas.is_empty())
+        })?;
+        Ok(RxBatch::new(&self.rx.buf, &self.rx_metas))
+    }
+
+    /// [`Datapath::recv_split`].
+    fn recv_split(
+        &mut self,
+        timeout: Option<Duration>,
+        heads: &mut [[u8; SPLIT_HEAD]],
+        bufs: &mut [Vec<u8>],
+        out: &mut Vec<RxSplit>,
+    ) -> io::Result<()> {
+        out.clear();
+        let n = heads.len().min(bufs.len()).min(RX_SLOTS);
+        self.recv_with(timeout, |c| {
+            let got = c.recvmmsg_split(&mut heads[..n], &mut bufs[..n])?;
+            let clocks = (Instant::now(), SystemTime::now());
+            let mut woken = false;
+            for i in 0..got {
+                match c.decode(i, clocks) {
+                    Decoded::Skip => {}
+                    Decoded::Woken => woken = true,
+                    Decoded::Datagram { src, len, gro, at } => {
+                        c.stats.received += gro.map_or(1, |g| len.div_ceil(g)) as u64;
+                        c.stats.gro_batches += u64::from(gro.is_some());
+                        out.push(RxSplit {
+                            index: i,
+                            src,
+                            len,
+                            segment: gro,
+                            at,
+                        });
+                    }
+                }
+            }
+            Ok(woken || !out.is_empty())
+        })
+    }
+
+    /// Receives with `once` (one non-blocking attempt: `Ok(true)` when it got something or
+    /// was woken, `Ok(false)` to look again at once, or the errno), waiting for the socket
+    /// up to `timeout` while it would block.
+    fn recv_with(
+        &mut self,
+        timeout: Option<Duration>,
+        mut once: impl FnMut(&mut Core) -> Result<bool, libc::c_int>,
+    ) -> io::Result<()> {
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
-            match self.recvmmsg() {
-                Ok(n) => {
-                    let clocks = (Instant::now(), SystemTime::now());
-                    if self.unpack(n, clocks) || !self.rx_metas.is_empty() {
-                        break;
-                    }
-                    // Only truncated or ignored messages: look again.
-                    continue;
-                }
+            match once(self) {
+                Ok(true) => break,
+                // Only truncated or ignored messages: look again.
+                Ok(false) => continue,
                 Err(libc::EAGAIN) => {}
                 Err(libc::EINTR) => continue,
                 // ICMP errors surface on a later call; they concern some earlier send.
@@ -793,7 +855,58 @@ impl Core {
                 }
             }
         }
-        Ok(RxBatch::new(&self.rx.buf, &self.rx_metas))
+        Ok(())
+    }
+
+    /// One non-blocking `recvmmsg` of up to `heads.len()` messages, message `i` split
+    /// between `heads[i]` and `bufs[i]`: how many messages, or the errno.
+    fn recvmmsg_split(
+        &mut self,
+        heads: &mut [[u8; SPLIT_HEAD]],
+        bufs: &mut [Vec<u8>],
+    ) -> Result<usize, libc::c_int> {
+        let r = &mut self.rx;
+        let n = heads.len().min(bufs.len()).min(RX_SLOTS);
+        for i in 0..n {
+            r.siovs[2 * i] = libc::iovec {
+                iov_base: heads[i].as_mut_ptr().cast(),
+                iov_len: SPLIT_HEAD,
+            };
+            r.siovs[2 * i + 1] = libc::iovec {
+                iov_base: bufs[i].as_mut_ptr().cast(),
+                iov_len: bufs[i].len(),
+            };
+            let h = &mut r.hdrs[i];
+            h.msg_len = 0;
+            h.msg_hdr.msg_name = r.addrs[i].0.as_mut_ptr().cast();
+            h.msg_hdr.msg_namelen = r.addrs[i].0.len() as libc::socklen_t;
+            h.msg_hdr.msg_iov = &mut r.siovs[2 * i];
+            h.msg_hdr.msg_iovlen = 2;
+            h.msg_hdr.msg_control = r.ctrls[i].0.as_mut_ptr().cast();
+            h.msg_hdr.msg_controllen = r.ctrls[i].0.len() as _;
+            h.msg_hdr.msg_flags = 0;
+        }
+        self.stats.syscalls += 1;
+        // SAFETY: header `i` (i < n) points at its two iovecs, which point at `heads[i]`
+        // (SPLIT_HEAD bytes) and `bufs[i]` (its length), both exclusively borrowed for this
+        // call, and at its own address and control buffers in `self.rx`, with their true
+        // lengths; the kernel writes at most those lengths.
+        let got = unsafe {
+            libc::recvmmsg(
+                self.sock.as_raw_fd(),
+                r.hdrs.as_mut_ptr(),
+                n as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if got >= 0 {
+            Ok(got as usize)
+        } else {
+            Err(io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO))
+        }
     }
 
     /// One non-blocking `recvmmsg` into all slots: how many messages, or the errno.
@@ -836,70 +949,87 @@ impl Core {
         }
     }
 
+    /// What received message `i` is: a datagram (or a GRO batch of several), the waker's
+    /// empty datagram, or something to skip (counted). `clocks` are the monotonic and the
+    /// wall clock read together after the receive: kernel timestamps are wall-clock times.
+    fn decode(&mut self, i: usize, clocks: (Instant, SystemTime)) -> Decoded {
+        let h = &self.rx.hdrs[i];
+        let len = h.msg_len as usize;
+        let Some(src) =
+            decode_addr(&self.rx.addrs[i].0[..(h.msg_hdr.msg_namelen as usize).min(28)])
+        else {
+            self.stats.recv_errors += 1;
+            return Decoded::Skip;
+        };
+        if h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+            self.stats.recv_errors += 1;
+            return Decoded::Skip;
+        }
+        if len == 0 && src == self.waker_addr {
+            return Decoded::Woken;
+        }
+        let ctrl_len = controllen(&h.msg_hdr).min(64);
+        let ctrl = &self.rx.ctrls[i].0[..ctrl_len];
+        let gro = cmsgs(ctrl)
+            .find(|&(level, ty, _)| level == libc::SOL_UDP && ty == libc::UDP_GRO)
+            .and_then(|(_, _, d)| Some(i32::from_ne_bytes(d.get(..4)?.try_into().ok()?)))
+            .filter(|&g| g > 0)
+            .map(|g| g as usize)
+            .filter(|&g| len > g);
+        let at = cmsgs(ctrl)
+            .find(|&(level, ty, _)| level == libc::SOL_SOCKET && ty == libc::SCM_TIMESTAMPNS)
+            .and_then(|(_, _, d)| received_at(d, clocks));
+        Decoded::Datagram { src, len, gro, at }
+    }
+
     /// Turns `n` received messages into batch entries, splitting GRO batches. Returns
-    /// whether a waker datagram was among them. `clocks` are the monotonic and the wall
-    /// clock read together after the receive: kernel timestamps are wall-clock times.
+    /// whether a waker datagram was among them.
     fn unpack(&mut self, n: usize, clocks: (Instant, SystemTime)) -> bool {
         let mut woken = false;
         for i in 0..n {
-            let h = &self.rx.hdrs[i];
-            let len = h.msg_len as usize;
-            let Some(src) =
-                decode_addr(&self.rx.addrs[i].0[..(h.msg_hdr.msg_namelen as usize).min(28)])
-            else {
-                self.stats.recv_errors += 1;
-                continue;
-            };
-            if h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
-                self.stats.recv_errors += 1;
-                continue;
-            }
-            if len == 0 && src == self.waker_addr {
-                woken = true;
-                continue;
-            }
-            let ctrl_len = controllen(&h.msg_hdr).min(64);
-            let ctrl = &self.rx.ctrls[i].0[..ctrl_len];
-            let gso = cmsgs(ctrl)
-                .find(|&(level, ty, _)| level == libc::SOL_UDP && ty == libc::UDP_GRO)
-                .and_then(|(_, _, d)| Some(i32::from_ne_bytes(d.get(..4)?.try_into().ok()?)))
-                .filter(|&g| g > 0)
-                .map(|g| g as usize);
-            let at = cmsgs(ctrl)
-                .find(|&(level, ty, _)| level == libc::SOL_SOCKET && ty == libc::SCM_TIMESTAMPNS)
-                .and_then(|(_, _, d)| received_at(d, clocks));
-            let base = i * RX_SLOT;
-            match gso {
-                Some(g) if len > g => {
-                    self.stats.gro_batches += 1;
-                    let mut off = 0;
-                    while off < len {
-                        let l = g.min(len - off);
-                        self.rx_metas.push(RxMeta {
-                            src,
-                            part: 0,
-                            offset: base + off,
-                            len: l,
-                            at,
-                        });
-                        self.stats.received += 1;
-                        off += l;
-                    }
+            let (src, len, gro, at) = match self.decode(i, clocks) {
+                Decoded::Skip => continue,
+                Decoded::Woken => {
+                    woken = true;
+                    continue;
                 }
-                _ => {
-                    self.rx_metas.push(RxMeta {
-                        src,
-                        part: 0,
-                        offset: base,
-                        len,
-                        at,
-                    });
-                    self.stats.received += 1;
+                Decoded::Datagram { src, len, gro, at } => (src, len, gro, at),
+            };
+            let base = i * RX_SLOT;
+            let seg = gro.unwrap_or(len).max(1);
+            self.stats.gro_batches += u64::from(gro.is_some());
+            let mut off = 0;
+            loop {
+                let l = seg.min(len - off);
+                self.rx_metas.push(RxMeta {
+                    src,
+                    part: 0,
+                    offset: base + off,
+                    len: l,
+                    at,
+                });
+                self.stats.received += 1;
+                off += l;
+                if off >= len {
+                    break;
                 }
             }
         }
         woken
     }
+}
+
+/// One received message, as [`Core::decode`] reads it.
+enum Decoded {
+    Skip,
+    Woken,
+    Datagram {
+        src: SocketAddr,
+        len: usize,
+        /// Segment size of a GRO batch of several datagrams.
+        gro: Option<usize>,
+        at: Option<Instant>,
+    },
 }
 
 /// The oldest receive timestamp taken as such: older, the wall clock has stepped.
@@ -1181,6 +1311,88 @@ mod tests {
     #[test]
     fn gather_round_trip_without_gso() {
         gather_round_trip(false);
+    }
+
+    /// Receives `n` datagrams with `recv_split` into buffers of `buf_len` bytes, joining the
+    /// two parts (and cutting GRO batches) back into datagrams.
+    fn collect_split(rx: &mut Mmsg, n: usize, buf_len: usize) -> Vec<Vec<u8>> {
+        let mut heads = vec![[0u8; SPLIT_HEAD]; RX_SLOTS];
+        let mut bufs = vec![vec![0u8; buf_len]; RX_SLOTS];
+        let mut splits = Vec::new();
+        let mut out = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while out.len() < n {
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                break;
+            };
+            rx.recv_split(Some(left), &mut heads, &mut bufs, &mut splits)
+                .expect("recv_split");
+            for m in &splits {
+                let head = m.len.min(SPLIT_HEAD);
+                let whole = [&heads[m.index][..head], &bufs[m.index][..m.len - head]].concat();
+                let seg = m.segment.unwrap_or(m.len).max(1);
+                out.extend(whole.chunks(seg).map(<[u8]>::to_vec));
+                if m.len == 0 {
+                    out.push(Vec::new());
+                }
+            }
+        }
+        out
+    }
+
+    fn split_round_trip(gso: bool) {
+        let mut a = Mmsg::bind(lo(), gso).unwrap();
+        let mut b = Mmsg::bind(lo(), gso).unwrap();
+        assert!(b.splits());
+        let (buf, txs) = runs(b.local_addr().unwrap());
+        assert_eq!(a.send(&buf, &txs).unwrap(), txs.len());
+        let want = expected(&buf, &txs);
+        let got = collect_split(&mut b, want.len(), RX_SLOT);
+        assert_eq!(got, want);
+        let sb = b.stats();
+        assert_eq!(sb.received, want.len() as u64);
+        assert_eq!(sb.gro_batches > 0, gso, "{sb:?}");
+    }
+
+    #[test]
+    fn split_round_trip_with_gro() {
+        split_round_trip(true);
+    }
+
+    #[test]
+    fn split_round_trip_without_gro() {
+        split_round_trip(false);
+    }
+
+    #[test]
+    fn split_receives_drop_what_does_not_fit_and_wake() {
+        let mut a = Mmsg::bind(lo(), false).unwrap();
+        let mut b = Mmsg::bind(lo(), false).unwrap();
+        let dst = b.local_addr().unwrap();
+        // 16 + 100 bytes fit; 16 + 101 do not.
+        let buf = pattern(116 + 117 + 3);
+        let txs = [
+            Tx::single(dst, 0, 116),
+            Tx::single(dst, 116, 117),
+            Tx::single(dst, 233, 3),
+        ];
+        assert_eq!(a.send(&buf, &txs).unwrap(), 3);
+        let got = collect_split(&mut b, 2, 100);
+        assert_eq!(got, vec![buf[..116].to_vec(), buf[233..].to_vec()]);
+        assert_eq!(b.stats().recv_errors, 1, "the long one is counted");
+        // A wake-up ends a blocked split receive with nothing.
+        b.waker().unwrap().wake();
+        let (mut heads, mut bufs, mut out) =
+            (vec![[0; SPLIT_HEAD]; 4], vec![vec![0; 100]; 4], Vec::new());
+        let t = Instant::now();
+        b.recv_split(
+            Some(Duration::from_secs(5)),
+            &mut heads,
+            &mut bufs,
+            &mut out,
+        )
+        .unwrap();
+        assert!(out.is_empty() && t.elapsed() < Duration::from_secs(1));
     }
 
     #[test]

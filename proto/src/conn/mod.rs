@@ -29,13 +29,16 @@ mod stats;
 
 pub use config::{ConnConfig, Mode};
 pub use event::{CloseReason, Event};
+pub use recv_buf::{Payload, OWNED_PAYLOAD_MIN};
 pub use stats::ConnStats;
 
 use crate::cc::{CcContext, CcControl, CongestionControl};
 use crate::loss::LossList;
 use crate::rate::{AckRateTracker, RateEstimator};
 use crate::seq::SeqNo;
-use crate::wire::{Control, ControlBody, Handshake, Packet, HEADER_LEN, UDP_IPV4_OVERHEAD};
+use crate::wire::{
+    Control, ControlBody, DataHeader, Handshake, Packet, HEADER_LEN, UDP_IPV4_OVERHEAD,
+};
 use recv_buf::RecvBuffer;
 use send_buf::SendBuffer;
 use std::collections::VecDeque;
@@ -571,10 +574,33 @@ impl Connection {
         match pkt {
             Packet::Data(h, payload) => {
                 if matches!(self.state, State::Connected | State::Closing) {
-                    self.on_data(now_us, self.us(received), h, payload);
+                    self.on_data(now_us, self.us(received), h, Payload::Slice(payload));
                 }
             }
             Packet::Control(c) => self.on_control(now_us, c),
+        }
+    }
+
+    /// A data packet whose payload is in a buffer the caller owns (see
+    /// `Endpoint::handle_data_owned`): as [`Connection::handle_packet_at`], but the receive
+    /// buffer may take `payload` whole and leave an empty buffer of the same length in its
+    /// place.
+    pub fn handle_data_owned(
+        &mut self,
+        now: Instant,
+        received: Instant,
+        h: &DataHeader,
+        payload: &mut Vec<u8>,
+        len: usize,
+    ) {
+        let now_us = self.us(now);
+        if let State::Closed(_) = self.state {
+            return;
+        }
+        self.last_rsp_us = now_us;
+        self.listener_rtt_sample(now_us);
+        if matches!(self.state, State::Connected | State::Closing) {
+            self.on_data(now_us, self.us(received), h, Payload::Owned(payload, len));
         }
     }
 
@@ -910,6 +936,7 @@ impl Connection {
         s.snd_buf_bytes = self.sbuf.bytes();
         s.snd_buf_cap_pkts = self.sbuf.cap() as u32;
         s.rcv_buf_pkts = self.rbuf.count() as u32;
+        s.pkts_recv_in_place = self.rbuf.kept();
         s.rcv_buf_bytes = self.rbuf.bytes();
         s.rcv_buf_cap_pkts = self.rbuf.cap() as u32;
         let (pps, bps) = self.rate.recv_rate();

@@ -2,7 +2,7 @@
 //! full ACKs on the SYN timer and light ACKs by packet count, RTT from ACKACKs, receive-buffer
 //! growth, and live-mode TSBPD delivery with too-late drop.
 
-use super::recv_buf::{Insert, MsgRead};
+use super::recv_buf::{Insert, MsgRead, Payload};
 use super::{Connection, Mode, SYN_INTERVAL_US};
 use crate::seq::SeqNo;
 use crate::wire::{emit_nak, Ack, AckInfo, ControlBody, DataHeader, UDP_IPV4_OVERHEAD};
@@ -21,8 +21,9 @@ impl Connection {
         now_us: u64,
         received_us: u64,
         h: &DataHeader,
-        payload: &[u8],
+        payload: Payload<'_>,
     ) {
+        let len = payload.len();
         self.stats.pkts_recv += 1;
         if h.retransmitted {
             self.stats.pkts_recv_retrans += 1;
@@ -33,9 +34,8 @@ impl Connection {
         // timed by arrival: over milliseconds, the time of handling adds however long this
         // thread waited to run, and a late read reads as a burst.
         let now = self.at(now_us);
-        self.rate.on_arrival(now, payload.len());
-        self.ack_rates
-            .on_arrival(received_us.min(now_us), payload.len());
+        self.rate.on_arrival(now, len);
+        self.ack_rates.on_arrival(received_us.min(now_us), len);
         if !h.retransmitted {
             match h.seq.get() % 16 {
                 0 => self.rate.on_probe1(now),
@@ -48,7 +48,7 @@ impl Connection {
         match self.rbuf.insert(seq, h.position, h.msg_no, ts, payload) {
             Insert::Stored => {
                 self.stats.pkts_recv_unique += 1;
-                self.stats.bytes_recv_unique += payload.len() as u64;
+                self.stats.bytes_recv_unique += len as u64;
                 if self.rcv_max.le(seq) {
                     if self.rcv_max.lt(seq) {
                         let (first, last) = (self.rcv_max, seq.sub(1));
@@ -82,8 +82,7 @@ impl Connection {
             Insert::Overflow => self.stats.pkts_rcv_dropped += 1,
         }
         let ctx = self.cc_ctx(now_us);
-        self.cc
-            .on_packet_received(&ctx, &mut self.ctl, seq, payload.len());
+        self.cc.on_packet_received(&ctx, &mut self.ctl, seq, len);
     }
 
     /// Moves the ACK point over every packet received (or resolved by a drop) in order.

@@ -21,10 +21,45 @@ pub(crate) struct RSlot {
     pub ts_us: u64,
 }
 
-/// About how many bytes a page holds: slots of 1456 bytes make pages of 512 (728 KiB), slots
-/// of 64 KiB pages of 16. Small enough to stay in cache while the application writes it out
-/// and hashes it.
+/// About how many bytes a page holds: slots of 1456 bytes make pages of 512 (728 KiB). Small
+/// enough to stay in cache while the application writes it out and hashes it.
 const PAGE_BYTES: usize = 1 << 20;
+/// Slots at least this large are pages of their own, so that a payload received into a
+/// buffer of its own can be swapped in whole ([`Payload::Owned`]) rather than copied.
+pub const OWNED_PAYLOAD_MIN: usize = 16 << 10;
+
+/// A data packet's payload as the connection receives it.
+#[derive(Debug)]
+pub enum Payload<'a> {
+    /// Bytes to copy.
+    Slice(&'a [u8]),
+    /// The first `len` bytes of a buffer the caller owns. When the buffer is exactly a slot
+    /// of the receive buffer (a page of its own, see [`OWNED_PAYLOAD_MIN`]), the receive
+    /// buffer takes it and leaves its previous page, of the same length and stale contents,
+    /// in its place: no copy. Otherwise the bytes are copied and the buffer is left as it was.
+    Owned(&'a mut Vec<u8>, usize),
+}
+
+impl Payload<'_> {
+    /// Payload bytes.
+    pub fn len(&self) -> usize {
+        match self {
+            Payload::Slice(s) => s.len(),
+            Payload::Owned(b, n) => (*n).min(b.len()),
+        }
+    }
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The payload bytes.
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            Payload::Slice(s) => s,
+            Payload::Owned(b, n) => &b[..(*n).min(b.len())],
+        }
+    }
+}
 /// Spare pages kept.
 const PAGE_POOL: usize = 4;
 
@@ -78,6 +113,8 @@ pub(crate) struct RecvBuffer {
     read_off: usize,
     count: usize,
     bytes: u64,
+    /// Payloads stored by taking the caller's buffer ([`Payload::Owned`]), not copied.
+    kept: u64,
 }
 
 impl RecvBuffer {
@@ -112,6 +149,7 @@ impl RecvBuffer {
             read_off: 0,
             count: 0,
             bytes: 0,
+            kept: 0,
         }
     }
 
@@ -124,12 +162,20 @@ impl RecvBuffer {
     pub fn bytes(&self) -> u64 {
         self.bytes
     }
+    /// Payloads stored without a copy so far.
+    pub fn kept(&self) -> u64 {
+        self.kept
+    }
     pub fn read_seq(&self) -> SeqNo {
         self.read_seq
     }
 
-    /// Slots per page: the largest power of two whose page is at most [`PAGE_BYTES`].
+    /// Slots per page: one for slots of [`OWNED_PAYLOAD_MIN`] bytes or more, else the largest
+    /// power of two whose page is at most [`PAGE_BYTES`].
     fn page_shift_for(slot_size: usize) -> u32 {
+        if slot_size >= OWNED_PAYLOAD_MIN {
+            return 0;
+        }
         (PAGE_BYTES / slot_size.max(1)).max(1).ilog2()
     }
 
@@ -181,7 +227,7 @@ impl RecvBuffer {
         pos: PacketPosition,
         msg_no: MsgNo,
         ts_us: u64,
-        payload: &[u8],
+        payload: Payload<'_>,
     ) -> Insert {
         let off = seq.diff(self.read_seq);
         if off < 0 {
@@ -196,7 +242,13 @@ impl RecvBuffer {
         }
         let n = payload.len().min(self.slot_size);
         let (p, o) = self.at(i);
-        self.pages[p][o..o + n].copy_from_slice(&payload[..n]);
+        match payload {
+            Payload::Owned(buf, _) if self.page_shift == 0 && buf.len() == self.slot_size => {
+                std::mem::swap(&mut self.pages[p], buf);
+                self.kept += 1;
+            }
+            payload => self.pages[p][o..o + n].copy_from_slice(&payload.bytes()[..n]),
+        }
         self.meta[i] = RSlot {
             present: true,
             len: n as u32,
@@ -391,18 +443,31 @@ impl RecvBuffer {
         }
         let new_cap = (self.cap * 2).min(self.max_cap);
         let page_shift = self.page_shift;
-        let mut pages = Self::alloc_pages(new_cap, page_shift, self.slot_size);
         let mut meta = vec![EMPTY; new_cap];
-        let mask = (1 << page_shift) - 1;
-        for k in 0..self.cap {
-            let i = self.idx(k);
-            if self.meta[i].present {
-                let len = self.meta[i].len as usize;
-                let o = (k & mask) * self.slot_size;
-                pages[k >> page_shift][o..o + len].copy_from_slice(self.slot(i, len));
+        let pages = if page_shift == 0 {
+            // A page per slot: the pages move, in ring order; only the new slots allocate.
+            let mut pages = Vec::with_capacity(new_cap);
+            for (k, m) in meta.iter_mut().enumerate().take(self.cap) {
+                let i = self.idx(k);
+                pages.push(std::mem::take(&mut self.pages[i]));
+                *m = self.meta[i];
             }
-            meta[k] = self.meta[i];
-        }
+            pages.resize_with(new_cap, || vec![0; self.slot_size]);
+            pages
+        } else {
+            let mut pages = Self::alloc_pages(new_cap, page_shift, self.slot_size);
+            let mask = (1 << page_shift) - 1;
+            for k in 0..self.cap {
+                let i = self.idx(k);
+                if self.meta[i].present {
+                    let len = self.meta[i].len as usize;
+                    let o = (k & mask) * self.slot_size;
+                    pages[k >> page_shift][o..o + len].copy_from_slice(self.slot(i, len));
+                }
+                meta[k] = self.meta[i];
+            }
+            pages
+        };
         self.pages = pages;
         self.meta = meta;
         self.cap = new_cap;
@@ -423,7 +488,13 @@ mod tests {
     fn stream_reads_contiguous_bytes_only() {
         let mut b = RecvBuffer::new(4, 8, 16, s(SeqNo::MAX));
         assert_eq!(
-            b.insert(s(0), PacketPosition::Solo, MsgNo::new(1), 0, b"efgh"),
+            b.insert(
+                s(0),
+                PacketPosition::Solo,
+                MsgNo::new(1),
+                0,
+                Payload::Slice(b"efgh")
+            ),
             Insert::Stored
         );
         let mut out = [0u8; 16];
@@ -433,7 +504,7 @@ mod tests {
             PacketPosition::Solo,
             MsgNo::new(1),
             0,
-            b"abcd",
+            Payload::Slice(b"abcd"),
         );
         assert_eq!(
             b.insert(
@@ -441,7 +512,7 @@ mod tests {
                 PacketPosition::Solo,
                 MsgNo::new(1),
                 0,
-                b"abcd"
+                Payload::Slice(b"abcd")
             ),
             Insert::Duplicate
         );
@@ -451,17 +522,35 @@ mod tests {
         assert_eq!(b.bytes(), 0);
         assert_eq!(b.count(), 0);
         assert_eq!(
-            b.insert(s(0), PacketPosition::Solo, MsgNo::new(1), 0, b"x"),
+            b.insert(
+                s(0),
+                PacketPosition::Solo,
+                MsgNo::new(1),
+                0,
+                Payload::Slice(b"x")
+            ),
             Insert::Old
         );
         assert_eq!(
-            b.insert(s(9), PacketPosition::Solo, MsgNo::new(1), 0, b"x"),
+            b.insert(
+                s(9),
+                PacketPosition::Solo,
+                MsgNo::new(1),
+                0,
+                Payload::Slice(b"x")
+            ),
             Insert::Overflow
         );
     }
 
     fn put(b: &mut RecvBuffer, seq: u32, data: &[u8]) -> Insert {
-        b.insert(s(seq), PacketPosition::Solo, MsgNo::new(1), 0, data)
+        b.insert(
+            s(seq),
+            PacketPosition::Solo,
+            MsgNo::new(1),
+            0,
+            Payload::Slice(data),
+        )
     }
 
     #[test]
@@ -522,10 +611,15 @@ mod tests {
             shorts in proptest::collection::vec(proptest::bool::weighted(0.05), 200),
             grow_at in proptest::collection::vec(0usize..200, 0..3),
             isn in proptest::prelude::any::<u32>(),
+            one_slot_pages in proptest::bool::ANY,
+            owned in proptest::collection::vec(proptest::bool::ANY, 200),
         ) {
             let isn = SeqNo::new(isn & SeqNo::MAX);
-            // Pages of 4 slots; the capacity (5, 10, 20) is not a whole number of them.
-            let mut b = RecvBuffer::with_page_shift(3, 5, 40, isn, 2);
+            // Pages of 4 slots (the capacity, 5, 10, 20, is not a whole number of them) or
+            // of one, where owned payloads are swapped in.
+            let shift = if one_slot_pages { 0 } else { 2 };
+            let mut b = RecvBuffer::with_page_shift(3, 5, 40, isn, shift);
+            let mut pool = vec![0u8; 3];
             let total = order.len() as u32;
             let payload = |k: u32| -> Vec<u8> {
                 let n = if shorts[k as usize] { 1 } else { 3 };
@@ -548,8 +642,16 @@ mod tests {
                 }
                 // Deliver what fits (the rest is dropped, to come again later), then read.
                 pending.retain(|&k| {
-                    b.insert(isn.add(k), PacketPosition::Solo, MsgNo::new(1), 0, &payload(k))
-                        == Insert::Overflow
+                    let p = payload(k);
+                    let stored = if owned[k as usize] {
+                        pool[..p.len()].copy_from_slice(&p);
+                        let r = b.insert(isn.add(k), PacketPosition::Solo, MsgNo::new(1), 0, Payload::Owned(&mut pool, p.len()));
+                        assert_eq!(pool.len(), 3);
+                        r
+                    } else {
+                        b.insert(isn.add(k), PacketPosition::Solo, MsgNo::new(1), 0, Payload::Slice(&p))
+                    };
+                    stored == Insert::Overflow
                 });
                 while b.is_present(isn.add(contiguous)) || isn.add(contiguous).lt(b.read_seq()) {
                     contiguous += 1;
@@ -568,20 +670,84 @@ mod tests {
                 }
             }
             proptest::prop_assert_eq!(got, expected);
+            let any_owned = owned[..total as usize].iter().any(|&o| o);
+            proptest::prop_assert_eq!(b.kept() > 0, one_slot_pages && any_owned);
             proptest::prop_assert_eq!(b.count(), 0);
             proptest::prop_assert_eq!(b.bytes(), 0);
         }
     }
 
     #[test]
+    fn owned_payloads_of_a_whole_slot_are_swapped_in_not_copied() {
+        let mut b = RecvBuffer::with_page_shift(4, 4, 8, s(0), 0);
+        let mut buf = b"abcd".to_vec();
+        let given = buf.as_ptr();
+        let pos = PacketPosition::Solo;
+        assert_eq!(
+            b.insert(s(0), pos, MsgNo::new(1), 0, Payload::Owned(&mut buf, 4)),
+            Insert::Stored
+        );
+        // The caller got the slot's previous page back, of the same length.
+        assert_ne!(buf.as_ptr(), given);
+        assert_eq!(buf.len(), 4);
+        // A short payload in a whole-slot buffer is swapped in too; its length is the packet's.
+        buf.copy_from_slice(b"ef??");
+        assert_eq!(
+            b.insert(s(1), pos, MsgNo::new(1), 0, Payload::Owned(&mut buf, 2)),
+            Insert::Stored
+        );
+        // A buffer of another length is copied from and left with the caller.
+        let mut odd = b"ghijk".to_vec();
+        let odd_at = odd.as_ptr();
+        assert_eq!(
+            b.insert(s(2), pos, MsgNo::new(1), 0, Payload::Owned(&mut odd, 4)),
+            Insert::Stored
+        );
+        assert_eq!(odd.as_ptr(), odd_at);
+        // A duplicate is neither stored nor swapped.
+        let mut dup = b"zzzz".to_vec();
+        let dup_at = dup.as_ptr();
+        assert_eq!(
+            b.insert(s(0), pos, MsgNo::new(1), 0, Payload::Owned(&mut dup, 4)),
+            Insert::Duplicate
+        );
+        assert_eq!(dup.as_ptr(), dup_at);
+        assert_eq!(b.kept(), 2);
+        let page = b.take_page(s(3)).expect("a whole slot");
+        assert_eq!((page.as_ptr(), &page[..]), (given, &b"abcd"[..]));
+        let mut out = [0u8; 8];
+        assert_eq!(b.read_stream(s(3), &mut out, true), 2);
+        assert_eq!(b.read_stream(s(3), &mut out, true), 4);
+        assert_eq!(&out[..4], b"ghij");
+    }
+
+    #[test]
     fn messages_complete_before_delivery_and_survive_growth() {
         let mut b = RecvBuffer::new(2, 4, 8, s(0));
-        b.insert(s(0), PacketPosition::First, MsgNo::new(7), 0, b"ab");
-        b.insert(s(2), PacketPosition::Last, MsgNo::new(7), 0, b"e");
+        b.insert(
+            s(0),
+            PacketPosition::First,
+            MsgNo::new(7),
+            0,
+            Payload::Slice(b"ab"),
+        );
+        b.insert(
+            s(2),
+            PacketPosition::Last,
+            MsgNo::new(7),
+            0,
+            Payload::Slice(b"e"),
+        );
         let mut out = [0u8; 8];
         assert_eq!(b.read_message(s(3), &mut out), MsgRead::None);
         assert!(b.grow());
-        b.insert(s(1), PacketPosition::Middle, MsgNo::new(7), 0, b"cd");
+        b.insert(
+            s(1),
+            PacketPosition::Middle,
+            MsgNo::new(7),
+            0,
+            Payload::Slice(b"cd"),
+        );
         assert_eq!(b.read_message(s(3), &mut out[..2]), MsgRead::TooSmall(5));
         assert_eq!(b.read_message(s(3), &mut out), MsgRead::Done(5));
         assert_eq!(&out[..5], b"abcde");

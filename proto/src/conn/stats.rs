@@ -39,6 +39,9 @@ pub struct ConnStats {
     pub bytes_recv_unique: u64,
     /// Payload bytes acknowledged by the peer.
     pub bytes_acked: u64,
+    /// Data packets whose payload the receive buffer took where the runtime received it,
+    /// without a copy (large payloads, see `Endpoint::handle_data_owned`).
+    pub pkts_recv_in_place: u64,
     /// Payload bytes delivered to the application.
     pub bytes_delivered: u64,
     /// Of those, bytes handed out as whole pages of the receive buffer (no copy, see

@@ -3,6 +3,7 @@
 
 use super::{Link, LinkConfig};
 use crate::endpoint::{Endpoint, EndpointConfig};
+use crate::wire::HEADER_LEN;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -37,6 +38,14 @@ pub struct Pair {
     /// ([`Endpoint::poll_transmit_gather`]): every pending datagram first, headers only,
     /// then each payload read from the send buffer and put behind its header.
     pub a_gathers: bool,
+    /// Endpoint `b` receives as a splitting I/O loop does once its connections' payloads
+    /// are large ([`Endpoint::owned_payload_len`]): each datagram's header apart and its
+    /// payload in a buffer of its own, handed over with [`Endpoint::handle_data_owned`]
+    /// (which may keep it and give another back).
+    pub b_owned: bool,
+    /// Payload buffers `b` kept (and gave another back for) with `b_owned`.
+    pub b_kept: u64,
+    b_payload: Vec<u8>,
 }
 
 impl Pair {
@@ -62,6 +71,9 @@ impl Pair {
             seed,
             a_paused_until: start,
             a_gathers: false,
+            b_owned: false,
+            b_kept: 0,
+            b_payload: Vec::new(),
         }
     }
 
@@ -124,9 +136,49 @@ impl Pair {
         }
     }
 
-    /// Delivers a datagram to `b` as if it came from `from` (for hostile-input tests).
+    /// Hands `b` the datagram in `buf[..n]` from `a`, split if `b_owned` says so.
+    fn deliver_b(&mut self, n: usize) {
+        let datagram = std::mem::take(&mut self.buf);
+        self.deliver_b_from(self.a_addr, &datagram[..n]);
+        self.buf = datagram;
+    }
+
+    fn deliver_b_from(&mut self, from: SocketAddr, datagram: &[u8]) {
+        let owned = self.b_owned.then(|| self.b.owned_payload_len()).flatten();
+        let n = datagram.len();
+        let head = n.min(HEADER_LEN);
+        match owned {
+            // A datagram larger than the buffer would be cut short (and dropped) by the
+            // kernel; the sim hands it over whole instead.
+            Some(len) if n - head <= len => {
+                if self.b_payload.len() != len {
+                    self.b_payload = vec![0; len];
+                }
+                self.b_payload[..n - head].copy_from_slice(&datagram[head..]);
+                let given = self.b_payload.as_ptr();
+                self.b.handle_data_owned(
+                    self.now,
+                    self.now,
+                    from,
+                    &datagram[..head],
+                    &mut self.b_payload,
+                    n - head,
+                );
+                assert_eq!(
+                    self.b_payload.len(),
+                    len,
+                    "a buffer of another length came back"
+                );
+                self.b_kept += u64::from(self.b_payload.as_ptr() != given);
+            }
+            _ => self.b.handle(self.now, from, datagram),
+        }
+    }
+
+    /// Delivers a datagram to `b` as if it came from `from` (for hostile-input tests); split
+    /// as any other if `b_owned` says so.
     pub fn inject_b(&mut self, from: SocketAddr, datagram: &[u8]) {
-        self.b.handle(self.now, from, datagram);
+        self.deliver_b_from(from, datagram);
     }
 
     /// One step: flush, jump to the next event (at most `max_step` ahead), deliver what is due,
@@ -159,7 +211,7 @@ impl Pair {
         };
         self.now = self.now.max(next.min(limit));
         while let Some(n) = self.ab.poll_deliver(self.now, &mut self.buf) {
-            self.b.handle(self.now, self.a_addr, &self.buf[..n]);
+            self.deliver_b(n);
         }
         if self.now >= self.a_paused_until {
             while let Some(n) = self.ba.poll_deliver(self.now, &mut self.buf) {
