@@ -182,6 +182,22 @@ pub fn send_stream<R: Read>(
     })
 }
 
+/// Writes all of `a`, then all of `b`, in as few calls as `dst` takes them.
+fn write_all_vectored<W: Write>(dst: &mut W, a: &[u8], b: &[u8]) -> io::Result<()> {
+    let mut parts = [io::IoSlice::new(a), io::IoSlice::new(b)];
+    let mut parts = &mut parts[..];
+    io::IoSlice::advance_slices(&mut parts, 0);
+    while !parts.is_empty() {
+        match dst.write_vectored(parts) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => io::IoSlice::advance_slices(&mut parts, n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 /// Sends the file at `path`; see [`send_stream`].
 pub fn send_file(
     conn: &Connection,
@@ -240,15 +256,14 @@ pub fn recv_stream<W: Write>(
                     0
                 };
                 let w = page.len() - keep;
-                if held > 0 && w > 0 {
-                    dst.write_all(&buf[..held])?;
+                if w > 0 {
+                    // One system call for both.
+                    write_all_vectored(&mut dst, &buf[..held], &page[..w])?;
                     hasher.update(&buf[..held]);
-                    written += held as u64;
+                    hasher.update(&page[..w]);
+                    written += (held + w) as u64;
                     held = 0;
                 }
-                dst.write_all(&page[..w])?;
-                hasher.update(&page[..w]);
-                written += w as u64;
                 buf[held..held + keep].copy_from_slice(&page[w..]);
                 held += keep;
                 spare = Some(page);
