@@ -537,8 +537,10 @@ impl Connection {
     }
 
     /// Stream mode: reads as [`Connection::recv`] does, but when the next bytes fill a whole
-    /// page of the receive buffer (about 700 KiB of full packets in order) takes that page
-    /// out instead of copying it, for the caller to write out from where the packets landed.
+    /// page of the receive buffer ([`Connection::recv_page_len`] bytes: up to 1 MiB of full
+    /// packets in order, or one packet where packets are 16 KiB or more, as over loopback)
+    /// takes that page out instead of copying it, for the caller to write out from where the
+    /// packets landed: `Page(page, len)`, the stream's next bytes being `page[..len]`.
     /// Otherwise copies into `buf`, up to the end of the current page. `spare` gives back a
     /// page from an earlier call for reuse. `Copied(0)` is the end of the stream.
     pub fn recv_page(&self, buf: &mut [u8], mut spare: Option<Vec<u8>>) -> io::Result<StreamRead> {
@@ -556,8 +558,8 @@ impl Connection {
         }
     }
 
-    /// Bytes of a page [`Connection::recv_page`] hands out now (it may change as the
-    /// receive buffer grows).
+    /// Bytes of a page [`Connection::recv_page`] hands out (set by the packet size the
+    /// connection negotiated).
     pub fn recv_page_len(&self) -> io::Result<usize> {
         self.with(|c, _| c.recv_page_len())
     }

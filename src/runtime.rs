@@ -16,6 +16,11 @@
 //! headers and payloads in place, before the lock is released (the payloads live in the
 //! engine, which only the lock holder may read). Otherwise the engine copies whole datagrams
 //! into the loop's buffer and the batch is sent after unlocking.
+//!
+//! Where the connections' payloads are large (64 KiB over loopback) and the datapath splits
+//! receives ([`Datapath::splits`]), the received payloads are not copied either: each
+//! datagram's header lands apart and its payload in a buffer of its own, which the engine
+//! takes into its receive buffer in exchange for another ([`Split`]).
 
 use crate::datapath::{
     Datapath, DatapathStats, RxBatch, RxSplit, Tx, TxGather, Waker, MAX_UDP_PAYLOAD, SPLIT_HEAD,
@@ -260,6 +265,14 @@ impl Split {
         }
     }
 
+    /// Datagrams the last split receive got.
+    fn datagrams(&self) -> usize {
+        self.got
+            .iter()
+            .map(|m| m.segment.map_or(1, |g| m.len.div_ceil(g.max(1))))
+            .sum()
+    }
+
     /// Hands what the last split receive got to the engine.
     fn handle(&mut self, ep: &mut Endpoint, now: Instant) {
         for m in &self.got {
@@ -270,8 +283,8 @@ impl Split {
                 ep.handle_data_owned(now, at, m.src, &head[..h], buf, m.len - h);
                 continue;
             };
-            // Several datagrams (rare here: large payloads are not sent in GSO runs): joined
-            // back together, then cut.
+            // Several datagrams (only while the datapath turns GRO off: the socket may still
+            // hold a batch it coalesced before): joined back together, then cut.
             self.joined.clear();
             self.joined.extend_from_slice(&head[..h]);
             self.joined.extend_from_slice(&buf[..m.len - h]);
@@ -427,7 +440,7 @@ impl IoLoop {
             // the receiver averages over an ACK interval.
             let read_at = Instant::now();
             let mut g = shared.lock();
-            let n = batch.len() + if split { self.split.got.len() } else { 0 };
+            let n = batch.len() + if split { self.split.datagrams() } else { 0 };
             self.coalesce.on_batch(read_at, n);
             for (src, data, at) in batch.iter_timed() {
                 g.ep.handle_at(read_at, at.unwrap_or(read_at), src, data);
@@ -461,7 +474,6 @@ impl IoLoop {
                     }
                 }
             }
-            self.split.set_len(g.ep.owned_payload_len());
             if g.max_mss > self.slot {
                 // A connection with a larger MSS appeared: grow once, outside the steady state.
                 self.slot = g.max_mss;
@@ -489,6 +501,10 @@ impl IoLoop {
                     st.ep.remove(id);
                 }
                 events = true;
+            }
+            if events && self.dp.splits() {
+                // Payload sizes change only as connections come and go.
+                self.split.set_len(g.ep.owned_payload_len());
             }
             let exit = g.shutdown && g.handles == 0 && g.ep.is_empty() && !full;
             g.dp_stats = self.dp.stats();

@@ -247,25 +247,28 @@ pub fn recv_stream<W: Write>(
         let n = match conn.recv_page(&mut buf[held..], spare.take()) {
             Ok(StreamRead::Copied(0)) => break Ok(()),
             Ok(StreamRead::Copied(n)) => n,
-            Ok(StreamRead::Page(page)) => {
-                // The bytes held back come first; then the page, less what could be the
-                // trailer, which is held back in turn.
+            Ok(StreamRead::Page(page, len)) => {
+                // The bytes held back come first, then the page; of the two, what could be
+                // the trailer is held back again (a page may be shorter than a trailer).
+                let bytes = &page[..len];
                 let keep = if digest {
-                    page.len().min(TRAILER_LEN)
+                    (held + len).min(TRAILER_LEN)
                 } else {
                     0
                 };
-                let w = page.len() - keep;
+                let w = held + len - keep;
+                let (from_held, from_page) = (w.min(held), w - w.min(held));
                 if w > 0 {
                     // One system call for both.
-                    write_all_vectored(&mut dst, &buf[..held], &page[..w])?;
-                    hasher.update(&buf[..held]);
-                    hasher.update(&page[..w]);
-                    written += (held + w) as u64;
-                    held = 0;
+                    write_all_vectored(&mut dst, &buf[..from_held], &bytes[..from_page])?;
+                    hasher.update(&buf[..from_held]);
+                    hasher.update(&bytes[..from_page]);
+                    written += w as u64;
                 }
-                buf[held..held + keep].copy_from_slice(&page[w..]);
-                held += keep;
+                buf.copy_within(from_held..held, 0);
+                let rest = held - from_held;
+                buf[rest..rest + len - from_page].copy_from_slice(&bytes[from_page..]);
+                held = keep;
                 spare = Some(page);
                 progress(written);
                 continue;

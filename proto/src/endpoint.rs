@@ -8,7 +8,7 @@
 //!   runtime may instead receive each datagram's header and payload apart, the payload into
 //!   a buffer of [`Endpoint::owned_payload_len`] bytes, and hand both to
 //!   [`Endpoint::handle_data_owned`]: large payloads then enter the receive buffer without a
-//!   copy (the runtime gets an empty buffer back in exchange).
+//!   copy (the runtime gets another buffer, of stale contents, back in exchange).
 //! - Output: after any input, timeout or application operation, call
 //!   [`Endpoint::poll_transmit`] until it returns `None`, sending each datagram; then read
 //!   [`Endpoint::poll_timeout`] to know when to wake, and drain [`Endpoint::poll_event`].
@@ -339,21 +339,23 @@ impl Endpoint {
     }
 
     /// The payload length of receive buffers for [`Endpoint::handle_data_owned`]: the
-    /// largest payload size of the connections, if it is at least [`OWNED_PAYLOAD_MIN`]
-    /// (smaller payloads are copied; a runtime reads them the usual way, in batches).
+    /// largest receive slot of the connections ([`Connection::recv_slot_size`]), if it is at
+    /// least [`OWNED_PAYLOAD_MIN`] (smaller payloads are copied; a runtime reads them the
+    /// usual way, in batches). A runtime should not let the kernel coalesce datagrams (GRO)
+    /// into buffers of this length: a batch would not fit.
     pub fn owned_payload_len(&self) -> Option<usize> {
         self.conns
             .iter()
-            .map(Connection::payload_size)
+            .map(Connection::recv_slot_size)
             .max()
             .filter(|&n| n >= OWNED_PAYLOAD_MIN)
     }
 
     /// [`handle_at`](Self::handle_at) for a datagram received in two parts: its first
     /// [`HEADER_LEN`] bytes in `head` and the rest in the first `len` bytes of `payload`, a
-    /// buffer the caller owns. When it is a data packet whose payload fills a slot of its
-    /// connection's receive buffer (`payload.len()` equals the connection's payload size,
-    /// see [`Endpoint::owned_payload_len`]), the connection keeps `payload` and leaves in its
+    /// buffer the caller owns. When it is a data packet and `payload` is as long as a slot of
+    /// its connection's receive buffer ([`Connection::recv_slot_size`], see
+    /// [`Endpoint::owned_payload_len`]), the connection keeps `payload` and leaves in its
     /// place a buffer of the same length (stale contents) for the caller's next receive: the
     /// payload is never copied. Anything else is joined and handled as `handle_at` would.
     pub fn handle_data_owned(

@@ -806,9 +806,9 @@ fn owned_payloads_cross_a_lossy_path_byte_exact() {
                     break;
                 }
                 Ok(StreamRead::Copied(n)) => got.extend_from_slice(&buf[..n]),
-                Ok(StreamRead::Page(page)) => {
+                Ok(StreamRead::Page(page, len)) => {
                     assert_eq!(page.len(), payload, "a page is one packet");
-                    got.extend_from_slice(&page);
+                    got.extend_from_slice(&page[..len]);
                     pages += 1;
                     spare = Some(page);
                 }

@@ -244,6 +244,10 @@ struct Core {
     waker_addr: SocketAddr,
     /// Runs go out as one UDP_SEGMENT message (until the kernel refuses).
     gso: bool,
+    /// UDP_GRO was enabled at bind, and whether it is on now (split receives turn it off:
+    /// a coalesced batch would not fit the caller's payload buffers).
+    gro: bool,
+    gro_on: bool,
     /// Zero-copy accounting, for MSG_ZEROCOPY sends.
     zc: Option<Completions>,
     stats: DatapathStats,
@@ -376,10 +380,8 @@ fn setsockopt_int(
 impl Core {
     fn bind(addr: SocketAddr, gso: bool, zerocopy: bool) -> io::Result<Core> {
         let sock = crate::datapath::bind_udp(addr)?;
-        if gso {
-            // Without GRO the kernel splits incoming GSO batches itself: slower, still correct.
-            let _ = setsockopt_int(&sock, libc::SOL_UDP, libc::UDP_GRO, 1);
-        }
+        // Without GRO the kernel splits incoming GSO batches itself: slower, still correct.
+        let gro = gso && setsockopt_int(&sock, libc::SOL_UDP, libc::UDP_GRO, 1).is_ok();
         // Receive timestamps time arrivals for the protocol's rate estimates: the time a batch
         // is read includes however long this thread was not scheduled. Without them, the
         // batch's read time stands in.
@@ -398,6 +400,8 @@ impl Core {
             waker_sock,
             waker_addr,
             gso,
+            gro,
+            gro_on: gro,
             zc,
             stats: DatapathStats::default(),
             tx: TxArrays {
@@ -768,6 +772,7 @@ impl Core {
 
     fn recv(&mut self, timeout: Option<Duration>) -> io::Result<RxBatch<'_>> {
         self.rx_metas.clear();
+        self.set_gro(true);
         self.recv_with(timeout, |c| {
             let n = c.recvmmsg()?;
             let clocks = (Instant::now(), SystemTime::now());
@@ -786,6 +791,10 @@ impl Core {
     ) -> io::Result<()> {
         out.clear();
         let n = heads.len().min(bufs.len()).min(RX_SLOTS);
+        if n == 0 {
+            return Ok(());
+        }
+        self.set_gro(false);
         self.recv_with(timeout, |c| {
             let got = c.recvmmsg_split(&mut heads[..n], &mut bufs[..n])?;
             let clocks = (Instant::now(), SystemTime::now());
@@ -809,6 +818,17 @@ impl Core {
             }
             Ok(woken || !out.is_empty())
         })
+    }
+
+    /// Turns GRO on or off where it was enabled at bind (a failure leaves it as it was: a
+    /// batch that does not fit a split receive's buffers is dropped and counted).
+    fn set_gro(&mut self, on: bool) {
+        if self.gro && self.gro_on != on {
+            let v = libc::c_int::from(on);
+            if setsockopt_int(&self.sock, libc::SOL_UDP, libc::UDP_GRO, v).is_ok() {
+                self.gro_on = on;
+            }
+        }
     }
 
     /// Receives with `once` (one non-blocking attempt: `Ok(true)` when it got something or
@@ -876,11 +896,16 @@ impl Core {
                 iov_base: bufs[i].as_mut_ptr().cast(),
                 iov_len: bufs[i].len(),
             };
+        }
+        // The iovec pointers are taken after the array is written, from one pointer to it.
+        let siovs = r.siovs.as_mut_ptr();
+        for i in 0..n {
             let h = &mut r.hdrs[i];
             h.msg_len = 0;
             h.msg_hdr.msg_name = r.addrs[i].0.as_mut_ptr().cast();
             h.msg_hdr.msg_namelen = r.addrs[i].0.len() as libc::socklen_t;
-            h.msg_hdr.msg_iov = &mut r.siovs[2 * i];
+            // SAFETY: 2 * i + 1 < 2 * RX_SLOTS, the length of `siovs`: in bounds.
+            h.msg_hdr.msg_iov = unsafe { siovs.add(2 * i) };
             h.msg_hdr.msg_iovlen = 2;
             h.msg_hdr.msg_control = r.ctrls[i].0.as_mut_ptr().cast();
             h.msg_hdr.msg_controllen = r.ctrls[i].0.len() as _;
@@ -1340,18 +1365,31 @@ mod tests {
         out
     }
 
+    /// GSO runs from `a` reach a split receiver datagram by datagram (GRO is off while it
+    /// splits), and a batch receive afterwards has GRO back.
     fn split_round_trip(gso: bool) {
         let mut a = Mmsg::bind(lo(), gso).unwrap();
         let mut b = Mmsg::bind(lo(), gso).unwrap();
         assert!(b.splits());
+        // GRO goes off with the first split receive (which finds nothing yet).
+        let (mut heads, mut bufs, mut out) =
+            (vec![[0; SPLIT_HEAD]; 1], vec![vec![0; 8]; 1], Vec::new());
+        b.recv_split(Some(Duration::ZERO), &mut heads, &mut bufs, &mut out)
+            .unwrap();
         let (buf, txs) = runs(b.local_addr().unwrap());
         assert_eq!(a.send(&buf, &txs).unwrap(), txs.len());
         let want = expected(&buf, &txs);
-        let got = collect_split(&mut b, want.len(), RX_SLOT);
+        // Buffers of 1472 - 16 bytes: enough for one datagram, not for a batch.
+        let got = collect_split(&mut b, want.len(), 1456);
         assert_eq!(got, want);
         let sb = b.stats();
         assert_eq!(sb.received, want.len() as u64);
-        assert_eq!(sb.gro_batches > 0, gso, "{sb:?}");
+        assert_eq!(sb.gro_batches + sb.recv_errors, 0, "{sb:?}");
+        // A batch receive turns GRO back on (for what arrives from then on).
+        assert!(b.recv(Some(Duration::ZERO)).unwrap().is_empty());
+        assert_eq!(a.send(&buf, &txs).unwrap(), txs.len());
+        assert_eq!(collect(&mut b, want.len()).len(), want.len());
+        assert_eq!(b.stats().gro_batches > 0, gso, "{:?}", b.stats());
     }
 
     #[test]

@@ -119,9 +119,9 @@ pub enum RecvError {
 pub enum StreamRead {
     /// Copied this many bytes into the buffer given; 0 is the end of the stream.
     Copied(usize),
-    /// The next bytes of the stream, a whole page of the receive buffer taken out of it
-    /// without a copy. Hand it back with the next call.
-    Page(Vec<u8>),
+    /// The next bytes of the stream: the first `.1` bytes of a page of the receive buffer,
+    /// taken out of it without a copy. Hand the page back with the next call.
+    Page(Vec<u8>, usize),
 }
 
 /// Control packets waiting to be sent. Bounded: each kind is a flag or a small fixed array.
@@ -320,7 +320,7 @@ impl Connection {
             acked_since_cc: 0,
             losses_scratch: Vec::with_capacity(64),
             input_rate: InputRate::default(),
-            rbuf: RecvBuffer::new(payload_size, init, max_pkts, isn),
+            rbuf: RecvBuffer::new(recv_slot_size(mss), init, max_pkts, isn),
             rcv_loss: LossList::new(),
             rcv_ack: isn,
             rcv_max: isn,
@@ -375,7 +375,7 @@ impl Connection {
         let init = self.cfg.initial_buffer_pkts(self.payload_size);
         self.isn = snd_isn;
         self.sbuf = SendBuffer::new(self.payload_size, init, max_pkts, snd_isn);
-        self.rbuf = RecvBuffer::new(self.payload_size, init, max_pkts, rcv_isn);
+        self.rbuf = RecvBuffer::new(recv_slot_size(self.mss), init, max_pkts, rcv_isn);
         self.rcv_ack = rcv_isn;
         self.rcv_max = rcv_isn;
         self.drop_upto = rcv_isn;
@@ -472,6 +472,12 @@ impl Connection {
     /// Payload bytes per full data packet.
     pub fn payload_size(&self) -> usize {
         self.payload_size
+    }
+    /// Bytes a receive slot holds: the largest payload the peer may send (at least
+    /// [`Connection::payload_size`]; more where the path is IPv6, whose larger header a peer
+    /// may not count).
+    pub fn recv_slot_size(&self) -> usize {
+        self.rbuf.slot_size()
     }
 
     /// Next time `handle_timeout` must be called.
@@ -583,8 +589,8 @@ impl Connection {
 
     /// A data packet whose payload is in a buffer the caller owns (see
     /// `Endpoint::handle_data_owned`): as [`Connection::handle_packet_at`], but the receive
-    /// buffer may take `payload` whole and leave an empty buffer of the same length in its
-    /// place.
+    /// buffer may take `payload` whole and leave another buffer of the same length (stale
+    /// contents) in its place.
     pub fn handle_data_owned(
         &mut self,
         now: Instant,
@@ -821,9 +827,10 @@ impl Connection {
 
     /// Stream mode: reads bytes as [`Connection::recv`] does, but when the next bytes fill a
     /// whole page of the receive buffer (its [`Connection::recv_page_len`] bytes of full-size
-    /// packets, all in order) takes that page out instead of copying it: the application
-    /// writes it out from where the packets landed. Otherwise copies into `buf`, up to the
-    /// end of the current page (so that the next call may take the next one).
+    /// packets, all in order; where payloads are large, a page is one packet of any size)
+    /// takes that page out instead of copying it: the application writes it out from where
+    /// the packets landed. Otherwise copies into `buf`, up to the end of the current page (so
+    /// that the next call may take the next one).
     /// `spare` is a page from an earlier call, given back for reuse. `Copied(0)` is the end
     /// of the stream.
     pub fn recv_page(
@@ -837,10 +844,10 @@ impl Connection {
         if let Some(p) = spare {
             self.rbuf.give_page(p);
         }
-        if let Some(p) = self.rbuf.take_page(self.rcv_ack) {
-            self.stats.bytes_delivered += p.len() as u64;
-            self.stats.bytes_delivered_in_pages += p.len() as u64;
-            return Ok(StreamRead::Page(p));
+        if let Some((p, len)) = self.rbuf.take_page(self.rcv_ack) {
+            self.stats.bytes_delivered += len as u64;
+            self.stats.bytes_delivered_in_pages += len as u64;
+            return Ok(StreamRead::Page(p, len));
         }
         let n = self.rbuf.read_stream(self.rcv_ack, buf, true);
         if n > 0 {
@@ -850,10 +857,10 @@ impl Connection {
         self.recv_end().map(StreamRead::Copied)
     }
 
-    /// Bytes of a page [`Connection::recv_page`] hands out (it changes as the receive buffer
-    /// grows).
+    /// Bytes of a page [`Connection::recv_page`] hands out (set when the connection is
+    /// established, by the negotiated packet size).
     pub fn recv_page_len(&self) -> usize {
-        self.rbuf.page_slots() * self.payload_size
+        self.rbuf.page_slots() * self.rbuf.slot_size()
     }
 
     fn recv_end<T: Default>(&self) -> Result<T, RecvError> {
@@ -1112,12 +1119,39 @@ impl Connection {
     }
 }
 
-/// Payload bytes per packet for an MSS: the MSS minus IP, UDP and SRT headers.
+/// Payload bytes per packet for an MSS: the MSS minus IP, UDP and SRT headers (an IPv4 peer
+/// reached through an IPv6 socket, as an IPv4-mapped address, is IPv4 on the wire).
 pub(crate) fn payload_size(mss: u32, peer: SocketAddr) -> usize {
-    let ip = if peer.is_ipv6() {
+    let ip = if peer.ip().to_canonical().is_ipv6() {
         UDP_IPV4_OVERHEAD + 20
     } else {
         UDP_IPV4_OVERHEAD
     };
     (mss as usize).saturating_sub(ip + HEADER_LEN).max(16)
+}
+
+/// Bytes a receive slot holds for an MSS: the largest payload a peer may send, which is what
+/// IPv4 leaves (a peer that counts IPv6's larger header sends less; libsrt 1.5 counts IPv4's
+/// on either).
+pub(crate) fn recv_slot_size(mss: u32) -> usize {
+    (mss as usize)
+        .saturating_sub(UDP_IPV4_OVERHEAD + HEADER_LEN)
+        .max(16)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ipv4_peer_behind_an_ipv6_socket_counts_as_ipv4() {
+        let v4: SocketAddr = "10.0.0.1:9".parse().expect("literal");
+        let mapped: SocketAddr = "[::ffff:10.0.0.1]:9".parse().expect("literal");
+        let v6: SocketAddr = "[2001:db8::1]:9".parse().expect("literal");
+        assert_eq!(payload_size(1500, v4), 1456);
+        assert_eq!(payload_size(1500, mapped), 1456);
+        assert_eq!(payload_size(1500, v6), 1436);
+        // A receive slot holds what any peer may send for the MSS, IPv4's payload.
+        assert_eq!(recv_slot_size(1500), 1456);
+    }
 }

@@ -191,6 +191,11 @@ impl RecvBuffer {
         1 << self.page_shift
     }
 
+    /// Bytes a slot holds.
+    pub fn slot_size(&self) -> usize {
+        self.slot_size
+    }
+
     fn page_bytes(&self) -> usize {
         self.slot_size << self.page_shift
     }
@@ -318,28 +323,34 @@ impl RecvBuffer {
     }
 
     /// Stream read without a copy: when the head starts a (whole) page and that page holds
-    /// [`RecvBuffer::page_slots`] full-size packets, all before `limit`, takes the page out of
-    /// the ring (a spare, or a new page, takes its place) and returns it: the next
-    /// `page_slots * slot_size` bytes of the stream. `None` otherwise.
-    pub fn take_page(&mut self, limit: SeqNo) -> Option<Vec<u8>> {
+    /// [`RecvBuffer::page_slots`] full-size packets (for pages of one slot: one packet of any
+    /// size), all before `limit`, takes the page out of the ring (a spare, or a new page,
+    /// takes its place) and returns it with how many of its bytes are the stream's next ones.
+    /// `None` otherwise.
+    pub fn take_page(&mut self, limit: SeqNo) -> Option<(Vec<u8>, usize)> {
         let n = self.page_slots();
         let aligned = self.head & (n - 1) == 0 && self.read_off == 0;
         if !aligned || self.head + n > self.cap || limit.diff(self.read_seq) < n as i32 {
             return None;
         }
-        let full = self.meta[self.head..self.head + n]
-            .iter()
-            .all(|m| m.present && m.len as usize == self.slot_size);
-        if !full {
-            return None;
-        }
+        let slots = &self.meta[self.head..self.head + n];
+        let len = match slots {
+            [m] if m.present => m.len as usize,
+            _ if slots
+                .iter()
+                .all(|m| m.present && m.len as usize == self.slot_size) =>
+            {
+                self.page_bytes()
+            }
+            _ => return None,
+        };
         let fresh = match self.spare.pop() {
             Some(p) => p,
             None => vec![0; self.page_bytes()],
         };
         let page = std::mem::replace(&mut self.pages[self.head >> self.page_shift], fresh);
         self.advance(n);
-        Some(page)
+        Some((page, len))
     }
 
     /// Gives back a page from [`RecvBuffer::take_page`] for reuse (kept if it is of the
@@ -566,7 +577,8 @@ mod tests {
         assert_eq!(b.take_page(s(8)), None, "a hole");
         put(&mut b, 3, &[3; 2]);
         assert_eq!(b.take_page(s(7)), None, "not all acknowledged");
-        let page = b.take_page(s(8)).expect("a whole page");
+        let (page, len) = b.take_page(s(8)).expect("a whole page");
+        assert_eq!(len, 16);
         assert_eq!(page, [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7]);
         let first = page.as_ptr();
         assert_eq!((b.read_seq(), b.count(), b.bytes()), (s(8), 0, 0));
@@ -588,7 +600,7 @@ mod tests {
         assert_eq!(b.read_stream(s(28), &mut out[..5], true), 5);
         assert_eq!(b.read_stream(s(28), &mut out, true), 3);
         assert_eq!(b.read_seq(), s(20));
-        let page = b.take_page(s(28)).expect("the first page again");
+        let (page, _) = b.take_page(s(28)).expect("the first page again");
         assert_eq!(page[..4], [20, 20, 21, 21]);
         // The page given back took its place in the ring.
         assert_eq!(b.pages[0].as_ptr(), first);
@@ -660,8 +672,8 @@ mod tests {
                 if let Some(p) = spare.take() {
                     b.give_page(p);
                 }
-                if let Some(page) = b.take_page(limit) {
-                    got.extend_from_slice(&page);
+                if let Some((page, len)) = b.take_page(limit) {
+                    got.extend_from_slice(&page[..len]);
                     spare = Some(page);
                 } else {
                     let mut out = [0u8; 7];
@@ -713,10 +725,13 @@ mod tests {
         );
         assert_eq!(dup.as_ptr(), dup_at);
         assert_eq!(b.kept(), 2);
-        let page = b.take_page(s(3)).expect("a whole slot");
-        assert_eq!((page.as_ptr(), &page[..]), (given, &b"abcd"[..]));
+        let (page, len) = b.take_page(s(3)).expect("a whole slot");
+        assert_eq!((page.as_ptr(), &page[..len]), (given, &b"abcd"[..]));
+        // With pages of one slot, a short packet is a page too.
+        let (page, len) = b.take_page(s(3)).expect("a short slot");
+        assert_eq!(&page[..len], b"ef");
+        assert_eq!(page.len(), 4);
         let mut out = [0u8; 8];
-        assert_eq!(b.read_stream(s(3), &mut out, true), 2);
         assert_eq!(b.read_stream(s(3), &mut out, true), 4);
         assert_eq!(&out[..4], b"ghij");
     }

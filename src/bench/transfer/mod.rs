@@ -307,24 +307,33 @@ impl Input {
 /// runs' receivers still took 0.4 to 0.7 s more CPU than the second runs').
 const WARM_TIMES: u64 = 3;
 
-/// Writes `size` bytes to a scratch file in `dir` and deletes it, so that the first runs'
-/// outputs land in memory that has been written before. On a virtual machine, memory the
-/// guest writes for the first time can cost far more than memory it reuses (on this one,
+/// Writes up to `size` bytes to a scratch file in `dir` and deletes it, so that the first
+/// runs' outputs land in memory that has been written before. On a virtual machine, memory
+/// the guest writes for the first time can cost far more than memory it reuses (on this one,
 /// 2.6 s of system time per GiB against 0.3: the host backs guest pages on first touch, see
-/// docs/benchmarks.md); that cost fell on whichever tool ran first.
-fn warm_memory(dir: &Path, size: u64) -> Result<(), String> {
+/// docs/benchmarks.md); that cost fell on whichever tool ran first. Best effort: it leaves
+/// room for `keep` more bytes in `dir`'s file system, and a failure only warns.
+fn warm_memory(dir: &Path, size: u64, keep: u64) {
+    let free = rustix::fs::statvfs(dir)
+        .map(|v| v.f_bavail.saturating_mul(v.f_frsize))
+        .unwrap_or(0);
+    let size = size.min(free.saturating_sub(keep));
     let path = dir.join("warm.bin");
-    let mut f = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let buf = vec![0u8; 1 << 20];
-    let mut left = size;
-    while left > 0 {
-        let n = left.min(buf.len() as u64) as usize;
-        f.write_all(&buf[..n])
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        left -= n as u64;
+    let written = (|| -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&path)?;
+        let buf = vec![0u8; 1 << 20];
+        let mut left = size;
+        while left > 0 {
+            let n = left.min(buf.len() as u64) as usize;
+            f.write_all(&buf[..n])?;
+            left -= n as u64;
+        }
+        Ok(())
+    })();
+    let removed = std::fs::remove_file(&path);
+    if let Err(e) = written.and(removed) {
+        eprintln!("warning: warming memory with {}: {e}", path.display());
     }
-    drop(f);
-    std::fs::remove_file(&path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 static NEXT_PORT: AtomicU16 = AtomicU16::new(0);
@@ -565,7 +574,8 @@ impl Bench<'_> {
                 eprintln!("writing a {} MiB random input", size >> 20);
                 let dir = self.ws.dir.join(format!("in-{size}"));
                 let input = Input::create(&dir, size)?;
-                warm_memory(&self.ws.dir, WARM_TIMES * size)?;
+                // Room for an output and a spare input's worth is left.
+                warm_memory(&self.ws.dir, WARM_TIMES * size, 2 * size);
                 e.insert(input)
             }
         };
