@@ -322,15 +322,10 @@ impl Endpoint {
             }
             return;
         }
-        let Some(&i) = self.index.get(&dst) else {
-            self.stats.unknown_socket += 1;
+        let Some(i) = self.conn_for(dst, remote) else {
             return;
         };
         let c = &mut self.conns[i];
-        if c.peer_addr() != remote {
-            self.stats.wrong_source += 1;
-            return;
-        }
         let was_connecting = c.peer_id() == 0;
         c.handle_packet_at(now, received.min(now), &pkt);
         if was_connecting && c.peer_id() != 0 {
@@ -385,16 +380,23 @@ impl Endpoint {
             return;
         };
         self.stats.datagrams_in += 1;
-        let Some(&i) = self.index.get(&h.dst_socket) else {
-            self.stats.unknown_socket += 1;
+        let Some(i) = self.conn_for(h.dst_socket, remote) else {
             return;
         };
-        let c = &mut self.conns[i];
-        if c.peer_addr() != remote {
+        self.conns[i].handle_data_owned(now, received.min(now), &h, payload, len);
+    }
+
+    /// The index of connection `dst` if `remote` is its peer; counts why not otherwise.
+    fn conn_for(&mut self, dst: u32, remote: SocketAddr) -> Option<usize> {
+        let Some(&i) = self.index.get(&dst) else {
+            self.stats.unknown_socket += 1;
+            return None;
+        };
+        if self.conns[i].peer_addr() != remote {
             self.stats.wrong_source += 1;
-            return;
+            return None;
         }
-        c.handle_data_owned(now, received.min(now), &h, payload, len);
+        Some(i)
     }
 
     /// Processes expired timers of every connection.

@@ -897,25 +897,51 @@ impl Core {
                 iov_len: bufs[i].len(),
             };
         }
-        // The iovec pointers are taken after the array is written, from one pointer to it.
-        let siovs = r.siovs.as_mut_ptr();
+        self.recvmmsg_n(n, true)
+    }
+
+    /// One non-blocking `recvmmsg` into all slots: how many messages, or the errno.
+    fn recvmmsg(&mut self) -> Result<usize, libc::c_int> {
+        let r = &mut self.rx;
+        for i in 0..RX_SLOTS {
+            r.iovs[i] = libc::iovec {
+                iov_base: r.buf[i * RX_SLOT..].as_mut_ptr().cast(),
+                iov_len: RX_SLOT,
+            };
+        }
+        self.recvmmsg_n(RX_SLOTS, false)
+    }
+
+    /// Points headers `0..n` at their iovecs (`iovs[i]`, or with `split` the two at
+    /// `siovs[2 * i]`), written by the caller, and at their own address and control buffers,
+    /// then makes one non-blocking `recvmmsg`: how many messages, or the errno.
+    fn recvmmsg_n(&mut self, n: usize, split: bool) -> Result<usize, libc::c_int> {
+        let r = &mut self.rx;
+        let n = n.min(RX_SLOTS);
+        // The iovec pointers are taken after the arrays are written, from one pointer each.
+        let (iovs, per) = if split {
+            (r.siovs.as_mut_ptr(), 2)
+        } else {
+            (r.iovs.as_mut_ptr(), 1)
+        };
         for i in 0..n {
             let h = &mut r.hdrs[i];
             h.msg_len = 0;
             h.msg_hdr.msg_name = r.addrs[i].0.as_mut_ptr().cast();
             h.msg_hdr.msg_namelen = r.addrs[i].0.len() as libc::socklen_t;
-            // SAFETY: 2 * i + 1 < 2 * RX_SLOTS, the length of `siovs`: in bounds.
-            h.msg_hdr.msg_iov = unsafe { siovs.add(2 * i) };
-            h.msg_hdr.msg_iovlen = 2;
+            // SAFETY: per * i + per - 1 < per * RX_SLOTS, the length of the array: in bounds.
+            h.msg_hdr.msg_iov = unsafe { iovs.add(per * i) };
+            h.msg_hdr.msg_iovlen = per as _;
             h.msg_hdr.msg_control = r.ctrls[i].0.as_mut_ptr().cast();
             h.msg_hdr.msg_controllen = r.ctrls[i].0.len() as _;
             h.msg_hdr.msg_flags = 0;
         }
         self.stats.syscalls += 1;
-        // SAFETY: header `i` (i < n) points at its two iovecs, which point at `heads[i]`
-        // (SPLIT_HEAD bytes) and `bufs[i]` (its length), both exclusively borrowed for this
-        // call, and at its own address and control buffers in `self.rx`, with their true
-        // lengths; the kernel writes at most those lengths.
+        // SAFETY: header `i` (i < n) points at its iovecs, which the callers wrote just before
+        // this call to point at memory of their lengths that nothing else uses during it: a
+        // slot of `self.rx.buf` (RX_SLOT bytes), or `heads[i]` and `bufs[i]`, exclusively
+        // borrowed by `recv_split` for the call; and at its own address and control buffers
+        // in `self.rx`, with their true lengths. The kernel writes at most those lengths.
         let got = unsafe {
             libc::recvmmsg(
                 self.sock.as_raw_fd(),
@@ -927,46 +953,6 @@ impl Core {
         };
         if got >= 0 {
             Ok(got as usize)
-        } else {
-            Err(io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EIO))
-        }
-    }
-
-    /// One non-blocking `recvmmsg` into all slots: how many messages, or the errno.
-    fn recvmmsg(&mut self) -> Result<usize, libc::c_int> {
-        let r = &mut self.rx;
-        for i in 0..RX_SLOTS {
-            r.iovs[i] = libc::iovec {
-                iov_base: r.buf[i * RX_SLOT..].as_mut_ptr().cast(),
-                iov_len: RX_SLOT,
-            };
-            let h = &mut r.hdrs[i];
-            h.msg_len = 0;
-            h.msg_hdr.msg_name = r.addrs[i].0.as_mut_ptr().cast();
-            h.msg_hdr.msg_namelen = r.addrs[i].0.len() as libc::socklen_t;
-            h.msg_hdr.msg_iov = &mut r.iovs[i];
-            h.msg_hdr.msg_iovlen = 1;
-            h.msg_hdr.msg_control = r.ctrls[i].0.as_mut_ptr().cast();
-            h.msg_hdr.msg_controllen = r.ctrls[i].0.len() as _;
-            h.msg_hdr.msg_flags = 0;
-        }
-        self.stats.syscalls += 1;
-        // SAFETY: every header points at its own slot of `self.rx.buf` (RX_SLOT bytes each),
-        // address buffer and control buffer, with their true lengths; all live in `self.rx`
-        // and are not otherwise borrowed during the call.
-        let n = unsafe {
-            libc::recvmmsg(
-                self.sock.as_raw_fd(),
-                r.hdrs.as_mut_ptr(),
-                RX_SLOTS as libc::c_uint,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-            )
-        };
-        if n >= 0 {
-            Ok(n as usize)
         } else {
             Err(io::Error::last_os_error()
                 .raw_os_error()
