@@ -1379,12 +1379,12 @@ mod tests {
     }
 
     #[test]
-    fn split_round_trip_with_gro() {
+    fn split_round_trip_from_a_gso_sender() {
         split_round_trip(true);
     }
 
     #[test]
-    fn split_round_trip_without_gro() {
+    fn split_round_trip_from_a_plain_sender() {
         split_round_trip(false);
     }
 
