@@ -30,6 +30,7 @@ mod stats;
 pub use config::{ConnConfig, Mode};
 pub use event::{CloseReason, Event};
 pub use recv_buf::{Payload, OWNED_PAYLOAD_MIN};
+pub use send_buf::SharedBytes;
 pub use stats::ConnStats;
 
 use crate::cc::{CcContext, CcControl, CongestionControl};
@@ -43,6 +44,7 @@ use recv_buf::RecvBuffer;
 use send_buf::SendBuffer;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::ops::Range;
 use std::time::{Duration, Instant};
 
 /// The chunk length [`Connection::chunk_len`] aims at, bytes.
@@ -740,6 +742,36 @@ impl Connection {
             }
             Err(chunk) => Err((SendError::WouldBlock, chunk)),
         }
+    }
+
+    /// Stream mode: queues `data[range]` without copying it, as [`Connection::send_chunk`]
+    /// does, from bytes the application shares read-only (a mapped file, say): the packets
+    /// go out from `data` where it lies and hold a reference to it until acknowledged; it is
+    /// never given back for [`Connection::take_chunk`]. `WouldBlock` when the send buffer
+    /// has no room for the range's packets now, `TooLarge` when it never will (the range
+    /// empty, beyond `data`, or longer than the whole buffer).
+    pub fn send_shared(
+        &mut self,
+        now: Instant,
+        data: &SharedBytes,
+        range: Range<usize>,
+    ) -> Result<(), SendError> {
+        self.check_send(Mode::File)?;
+        let len = range.len();
+        let pkts = len.div_ceil(self.sbuf.slot_size().max(1));
+        if len == 0
+            || range.end > (**data).as_ref().len()
+            || pkts > self.cfg.buffer_max_pkts(self.payload_size)
+        {
+            return Err(SendError::TooLarge);
+        }
+        while self.sbuf.cap() < pkts && self.sbuf.grow() {}
+        let now_us = self.us(now);
+        if !self.sbuf.push_shared(data, range, now_us) {
+            return Err(SendError::WouldBlock);
+        }
+        self.input_rate.add(now_us, len);
+        Ok(())
     }
 
     /// A chunk handed over by [`Connection::send_chunk`] whose packets were all

@@ -4,13 +4,47 @@
 //!
 //! A packet's payload lives in its ring slot (copied in by [`SendBuffer::push_stream`] and
 //! [`SendBuffer::push_message`]) or in a chunk: a buffer the application filled on its own
-//! and handed over whole ([`SendBuffer::push_chunk`]), cut into packets where it lies. Chunks
-//! leave in order as their packets are acknowledged, and wait in a pool (bounded by the
-//! buffer's free room) for the application to take them back ([`SendBuffer::take_chunk`]) and fill them again.
+//! and handed over whole ([`SendBuffer::push_chunk`]), or a range of bytes it shares
+//! read-only, such as a mapped file ([`SendBuffer::push_shared`]), cut into packets where it
+//! lies. Chunks leave in order as their packets are acknowledged; buffers then wait in a pool
+//! (bounded by the buffer's free room) for the application to take them back
+//! ([`SendBuffer::take_chunk`]) and fill them again, shared bytes are let go.
 
 use crate::seq::{MsgNo, SeqNo};
 use crate::wire::PacketPosition;
 use std::collections::VecDeque;
+use std::ops::Range;
+use std::sync::Arc;
+
+/// Read-only bytes the application shares with a connection, for it to send from where they
+/// lie (for example a mapped file): see [`crate::conn::Connection::send_shared`].
+pub type SharedBytes = Arc<dyn AsRef<[u8]> + Send + Sync>;
+
+/// Where a chunk's packets lie.
+enum Held {
+    /// A buffer of the application's, pooled once acknowledged.
+    Buf(Vec<u8>),
+    /// Shared bytes from this offset on.
+    Shared(SharedBytes, usize),
+}
+
+impl Held {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Held::Buf(b) => b,
+            Held::Shared(s, start) => (**s).as_ref().get(*start..).unwrap_or_default(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Held {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Held::Buf(b) => write!(f, "Buf({} bytes)", b.len()),
+            Held::Shared(_, start) => write!(f, "Shared(from {start})"),
+        }
+    }
+}
 
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SlotMeta {
@@ -66,7 +100,7 @@ pub(crate) struct SendBuffer {
     next_msg: MsgNo,
     /// Chunks handed over and still holding packets, oldest first: the buffer and how many
     /// of its packets are held. The front one is number `chunk_base`.
-    chunks: VecDeque<(Vec<u8>, usize)>,
+    chunks: VecDeque<(Held, usize)>,
     chunk_base: u64,
     /// Chunks whose packets were all acknowledged, for reuse, and their bytes: at most
     /// [`CHUNK_POOL`] chunks, or as many as the buffer's free room would hold (memory its cap
@@ -183,7 +217,7 @@ impl SendBuffer {
             c.1 = c.1.saturating_sub(1);
         }
         while self.chunks.front().is_some_and(|c| c.1 == 0) {
-            if let Some((buf, _)) = self.chunks.pop_front() {
+            if let Some((Held::Buf(buf), _)) = self.chunks.pop_front() {
                 if self.pool.len() < CHUNK_POOL || self.pool_bytes + buf.len() <= room {
                     self.pool_bytes += buf.len();
                     self.pool.push(buf);
@@ -198,18 +232,45 @@ impl SendBuffer {
     /// chunk until acknowledged. Gives the chunk back if there are not enough free packets
     /// (or `len` is 0 or beyond the chunk).
     pub fn push_chunk(&mut self, chunk: Vec<u8>, len: usize, now_us: u64) -> Result<(), Vec<u8>> {
-        let pkts = len.div_ceil(self.slot_size.max(1));
-        if len == 0 || len > chunk.len() || pkts > self.cap - self.len {
+        if !self.fits_chunk(len, chunk.len()) {
             return Err(chunk);
         }
+        self.push_held(Held::Buf(chunk), len, now_us);
+        Ok(())
+    }
+
+    /// Queues `data[range]` as stream data without copying it, as [`SendBuffer::push_chunk`]
+    /// does; the packets hold a reference to `data` until acknowledged. Returns false (and
+    /// queues nothing) if there are not enough free packets, or the range is empty, beyond
+    /// `data` or longer than 4 GiB.
+    pub fn push_shared(&mut self, data: &SharedBytes, range: Range<usize>, now_us: u64) -> bool {
+        let avail = (**data).as_ref().len();
+        if range.start > range.end || range.end > avail || range.len() > u32::MAX as usize {
+            return false;
+        }
+        if !self.fits_chunk(range.len(), range.len()) {
+            return false;
+        }
+        self.push_held(Held::Shared(data.clone(), range.start), range.len(), now_us);
+        true
+    }
+
+    /// Whether `len` bytes of a chunk of `avail` can be queued now.
+    fn fits_chunk(&self, len: usize, avail: usize) -> bool {
+        let pkts = len.div_ceil(self.slot_size.max(1));
+        len > 0 && len <= avail && pkts <= self.cap - self.len
+    }
+
+    /// Queues the first `len` bytes of `held` (checked by [`SendBuffer::fits_chunk`]).
+    fn push_held(&mut self, held: Held, len: usize, now_us: u64) {
+        let pkts = len.div_ceil(self.slot_size.max(1));
         let id = self.chunk_base + self.chunks.len() as u64;
         for k in 0..pkts {
             let off = k * self.slot_size;
             let n = self.slot_size.min(len - off);
             self.append_stream_packet(n, id, off as u32, now_us);
         }
-        self.chunks.push_back((chunk, pkts));
-        Ok(())
+        self.chunks.push_back((held, pkts));
     }
 
     /// Appends the metadata of a stream packet of `len` bytes held at `chunk`/`off` (the
@@ -333,7 +394,7 @@ impl SendBuffer {
         }
         let c = usize::try_from(m.chunk.checked_sub(self.chunk_base)?).ok()?;
         let start = m.off as usize;
-        Some((m, self.chunks.get(c)?.0.get(start..start + len)?))
+        Some((m, self.chunks.get(c)?.0.bytes().get(start..start + len)?))
     }
 
     /// Marks `seq` sent at `now_us`; a first send moves the unsent boundary.
@@ -528,8 +589,44 @@ mod tests {
         assert_eq!(fill(16), CHUNK_POOL);
     }
 
+    #[test]
+    fn shared_bytes_are_sent_in_place_and_let_go_once_acknowledged() {
+        let isn = SeqNo::new(7);
+        let mut b = SendBuffer::new(4, 8, 8, isn);
+        let data: SharedBytes = Arc::new(b"0123456789abcdef".to_vec());
+        // Empty, reversed and out-of-bounds ranges, and more packets than the buffer holds.
+        assert!(!b.push_shared(&data, 3..3, 0));
+        #[allow(clippy::reversed_empty_ranges)]
+        let reversed = 5..3;
+        assert!(!b.push_shared(&data, reversed, 0));
+        assert!(!b.push_shared(&data, 10..17, 0));
+        let big: SharedBytes = Arc::new(vec![0u8; 40]);
+        assert!(!b.push_shared(&big, 0..40, 0));
+        assert_eq!(Arc::strong_count(&data), 1);
+        // Bytes 2..13 in three packets, from where they lie.
+        assert!(b.push_shared(&data, 2..13, 0));
+        assert_eq!(Arc::strong_count(&data), 2);
+        assert_eq!(held(&b), b"23456789abc");
+        assert_eq!(b.get(isn.add(2)).unwrap().1, b"abc");
+        for k in 0..3 {
+            b.mark_sent(isn.add(k), 1, false);
+        }
+        assert_eq!(b.ack(isn.add(2)), (2, 8));
+        assert_eq!(
+            Arc::strong_count(&data),
+            2,
+            "held until its last packet is acknowledged"
+        );
+        assert_eq!(b.ack(isn.add(3)), (1, 3));
+        assert_eq!(Arc::strong_count(&data), 1, "let go");
+        assert!(
+            b.take_chunk().is_none(),
+            "shared bytes never go to the pool"
+        );
+    }
+
     proptest::proptest! {
-        /// Any mix of copied writes, chunks, sends, acknowledgements and growth holds exactly
+        /// Any mix of copied writes, chunks, shared bytes, sends, acknowledgements and growth holds exactly
         /// the bytes written and not yet acknowledged, in order.
         #[test]
         fn ring_and_chunk_packets_hold_the_stream(ops in proptest::collection::vec((0u8..4, 1usize..40), 1..60)) {
@@ -543,6 +640,14 @@ mod tests {
             };
             for (op, n) in ops {
                 match op {
+                    3 if n % 3 == 0 => {
+                        // Shared bytes, from an offset into them.
+                        let d = bytes_of(n + 7);
+                        let shared: SharedBytes = Arc::new(d.clone());
+                        if b.push_shared(&shared, 7..n + 7, 0) {
+                            stream.extend_from_slice(&d[7..]);
+                        }
+                    }
                     0 => {
                         let d = bytes_of(n);
                         let k = b.push_stream(&d, 0);
