@@ -10,13 +10,14 @@ use crate::runtime::{self, Shared, State, Wait};
 use slipstream_proto::cc::CcRegistry;
 use slipstream_proto::conn::State as ConnState;
 use slipstream_proto::conn::{
-    CloseReason, ConnConfig, ConnStats, Mode, RecvError, SendError, StreamRead,
+    CloseReason, ConnConfig, ConnStats, Mode, RecvError, SendError, SharedBytes, StreamRead,
 };
 use slipstream_proto::endpoint::{ConnId, EndpointConfig, EndpointStats};
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
+use std::ops::Range;
 use std::sync::{Arc, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -457,15 +458,17 @@ impl Connection {
     /// connection takes best (a whole number of packets, about 1 MiB): one handed over
     /// earlier whose packets were all acknowledged (contents stale), or a new one.
     pub fn take_chunk(&self) -> io::Result<Vec<u8>> {
-        let mut g = self.shared.lock();
-        let c = g.ep.conn(self.id).ok_or_else(gone)?;
-        let len = c.chunk_len();
-        let reused = c.take_chunk();
-        drop(g);
+        let (len, reused) = self.with(|c, _| (c.chunk_len(), c.take_chunk()))?;
         Ok(match reused {
             Some(v) if v.len() >= len => v,
             _ => vec![0; len],
         })
+    }
+
+    /// Stream mode: the length the connection takes best for [`Connection::send_chunk`] and
+    /// [`Connection::send_shared`]: a whole number of packets, about 1 MiB.
+    pub fn chunk_len(&self) -> io::Result<usize> {
+        self.with(|c, _| c.chunk_len())
     }
 
     /// Stream mode: queues the first `len` bytes of `chunk` (from
@@ -498,6 +501,37 @@ impl Connection {
                     ))
                 }
                 Err((e, _)) => return Err(send_error(e)),
+            }
+        }
+    }
+
+    /// Stream mode: queues `data[range]` without copying it, waiting for room, as
+    /// [`Connection::send_chunk`] does, from bytes shared read-only (a mapped file, say): the
+    /// packets go out from `data` where it lies, and the connection holds a reference to it
+    /// until they are acknowledged. Fails with `InvalidInput` for an empty range, one beyond
+    /// `data`, or one longer than the send buffer can ever hold.
+    pub fn send_shared(&self, data: &SharedBytes, range: Range<usize>) -> io::Result<()> {
+        let mut g = self.shared.lock();
+        loop {
+            let c = g.ep.conn(self.id).ok_or_else(gone)?;
+            match c.send_shared(Instant::now(), data, range.clone()) {
+                Ok(()) => {
+                    drop(g);
+                    self.shared.wake_io();
+                    return Ok(());
+                }
+                Err(SendError::WouldBlock) => g = self.wait_for(g, WAIT_SLICE, Wait::Write)?,
+                Err(SendError::TooLarge) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!(
+                            "cannot queue bytes {range:?} of {} shared bytes (empty, beyond \
+                             them, or more than the send buffer can hold)",
+                            (**data).as_ref().len()
+                        ),
+                    ))
+                }
+                Err(e) => return Err(send_error(e)),
             }
         }
     }

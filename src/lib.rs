@@ -23,9 +23,12 @@ mod runtime;
 mod sys;
 #[cfg(target_os = "linux")]
 pub use sys::hugepage::HugePageAlloc;
+pub use sys::mapped::{exit_on_sigbus_in_mappings, MappedFile};
 pub mod transfer;
 
 pub use api::{Connection, Endpoint, EndpointOptions};
 pub use slipstream_proto as proto;
-pub use slipstream_proto::conn::{CloseReason, ConnConfig, ConnStats, Mode, StreamRead};
+pub use slipstream_proto::conn::{
+    CloseReason, ConnConfig, ConnStats, Mode, SharedBytes, StreamRead,
+};
 pub use slipstream_proto::endpoint::EndpointStats;

@@ -20,11 +20,13 @@
 //! `OUT.part` and renamed only on success.
 
 use crate::api::Connection;
-use crate::StreamRead;
+use crate::sys::mapped::MappedFile;
+use crate::{SharedBytes, StreamRead};
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// First bytes of the digest trailer.
 pub const TRAILER_MAGIC: &[u8; 8] = b"SLPSTRM2";
@@ -72,6 +74,8 @@ pub fn digest(data: &[u8]) -> Digest {
 const CHUNK: usize = 1 << 20;
 /// A sender gives up when nothing more is acknowledged for this long.
 const ACK_IDLE: Duration = Duration::from_secs(60);
+/// How long acknowledgements may stall before the sender checks its source.
+const STALL_CHECK: Duration = Duration::from_secs(1);
 
 /// What the receiver can say about the data it got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,14 +170,86 @@ pub fn send_stream<R: Read>(
         total += n as u64;
         progress(total);
     }
-    let hash = hasher.finalize();
+    finish_send(conn, total, hasher.finalize(), || Ok(()))
+}
+
+/// Sends a mapped file's bytes from the page cache where they lie (no copy of our own: the
+/// digest reads them there, and the connection sends from there and holds the mapping until
+/// they are acknowledged), then the trailer, then closes as [`send_stream`] does. Fails,
+/// aborting the connection before the trailer (so that the receiver fails the transfer too),
+/// if the file changed size meanwhile. See [`MappedFile`] for what a truncation while mapped
+/// does.
+pub fn send_mapped(
+    conn: &Connection,
+    map: MappedFile,
+    mut progress: impl FnMut(u64),
+) -> io::Result<SendReport> {
+    let map = Arc::new(map);
+    let shared: SharedBytes = map.clone();
+    let bytes = (*map).as_ref();
+    let step = conn.chunk_len()?.max(1);
+    let mut hasher = Hasher::new();
+    let mut off = 0;
+    while off < bytes.len() {
+        let end = bytes.len().min(off + step);
+        map.populate(off..end)?;
+        hasher.update(&bytes[off..end]);
+        conn.send_shared(&shared, off..end)?;
+        off = end;
+        progress(off as u64);
+    }
+    // Until everything is acknowledged the mapping is read (retransmissions): a file that
+    // shrinks meanwhile makes those sends fail, and the transfer would only stall.
+    let same_size = || match map.len_now() {
+        Ok(now) if now != bytes.len() as u64 => {
+            conn.abort();
+            Err(io::Error::other(format!(
+                "the file changed size while being sent ({} bytes when mapped, {now} now): \
+                 the transfer is incomplete",
+                bytes.len()
+            )))
+        }
+        r => r.map(drop),
+    };
+    same_size()?;
+    finish_send(conn, bytes.len() as u64, hasher.finalize(), same_size)
+}
+
+/// Sends the trailer (if agreed) for `total` bytes hashing to `hash`, waits for everything
+/// to be acknowledged and closes. `check` runs whenever acknowledgements stall for a while
+/// and ends the wait with its error.
+fn finish_send(
+    conn: &Connection,
+    total: u64,
+    hash: Digest,
+    check: impl Fn() -> io::Result<()>,
+) -> io::Result<SendReport> {
     let digest_sent = conn.digest_agreed();
     if digest_sent {
         send_all(conn, &trailer(total, &hash))?;
     }
     // The engine's linger bounds close() in absolute time; a slow but progressing transfer
     // must not fail on it, so wait for the acknowledgements first and judge by progress.
-    conn.wait_acknowledged(ACK_IDLE)?;
+    let mut left = u64::MAX;
+    let mut progress_at = Instant::now();
+    loop {
+        match conn.wait_acknowledged(STALL_CHECK) {
+            Ok(()) => break,
+            Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+                check()?;
+                let now = conn.unacknowledged()?;
+                if now < left {
+                    (left, progress_at) = (now, Instant::now());
+                } else if progress_at.elapsed() >= ACK_IDLE {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("no acknowledgement for {ACK_IDLE:?}; {now} bytes outstanding"),
+                    ));
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
     conn.close()?;
     Ok(SendReport {
         bytes: total,
@@ -198,15 +274,21 @@ fn write_all_vectored<W: Write>(dst: &mut W, a: &[u8], b: &[u8]) -> io::Result<(
     Ok(())
 }
 
-/// Sends the file at `path`; see [`send_stream`].
+/// Sends the file at `path`: mapped ([`send_mapped`]) where it is a regular file, read
+/// ([`send_stream`]) otherwise (a pipe, a device). A program calling this on files others may
+/// truncate meanwhile installs [`crate::exit_on_sigbus_in_mappings`] first.
 pub fn send_file(
     conn: &Connection,
     path: &Path,
     progress: impl FnMut(u64),
 ) -> io::Result<SendReport> {
-    let f = File::open(path)
-        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
-    send_stream(conn, f, progress)
+    let ctx = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", path.display()));
+    let f = File::open(path).map_err(ctx)?;
+    let probe = f.try_clone().map_err(ctx)?;
+    match MappedFile::new(probe).map_err(ctx)? {
+        Some(map) => send_mapped(conn, map, progress).map_err(ctx),
+        None => send_stream(conn, f, progress),
+    }
 }
 
 /// Checks a held-back trailer against what was received.

@@ -2,7 +2,9 @@
 
 use slipstream::datapath::Impairment;
 use slipstream::transfer::{self, Verdict};
-use slipstream::{ConnConfig, Connection, Endpoint, EndpointOptions, Mode, StreamRead};
+use slipstream::{
+    ConnConfig, Connection, Endpoint, EndpointOptions, Mode, SharedBytes, StreamRead,
+};
 use std::io::Read;
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
@@ -359,6 +361,73 @@ fn chunks_are_sent_in_place_and_recycled() {
         assert!(got == payload, "received bytes differ");
         assert!(reused > 0, "no chunk was reused");
     });
+}
+
+fn scratch_file(name: &str, bytes: &[u8]) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!("slipstream-api-{name}-{}", std::process::id()));
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+/// A regular file goes out mapped, from the page cache where it lies, and arrives verified;
+/// shared ranges the connection cannot take are refused.
+#[test]
+fn mapped_files_are_sent_from_where_they_lie() {
+    let p = pair(Mode::File, EndpointOptions::default());
+    let shared: SharedBytes = std::sync::Arc::new(vec![1u8; 100]);
+    for bad in [0..0, 50..101] {
+        let e = p.client.send_shared(&shared, bad).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
+    }
+    // Not a whole number of chunks or packets.
+    let payload = data((5 << 20) + 12345, 11);
+    let path = scratch_file("mapped", &payload);
+    std::thread::scope(|s| {
+        let rx = s.spawn(|| {
+            let mut got = Vec::new();
+            let v = transfer::recv_stream(&p.server, &mut got, |_| {}).unwrap();
+            (v, got)
+        });
+        let mut seen = 0;
+        let sent = transfer::send_file(&p.client, &path, |n| seen = n).unwrap();
+        assert_eq!(
+            (sent.bytes, seen),
+            (payload.len() as u64, payload.len() as u64)
+        );
+        let (v, got) = rx.join().unwrap();
+        assert!(got == payload, "received bytes differ");
+        assert!(v.is_verified(), "{v:?}");
+    });
+    let _ = std::fs::remove_file(&path);
+}
+
+/// A file that changes size while it is sent mapped fails the transfer at both ends.
+#[test]
+fn a_mapped_file_that_changes_size_fails_both_ends() {
+    use std::io::Write;
+    let p = pair(Mode::File, EndpointOptions::default());
+    let payload = data(3 << 20, 12);
+    let path = scratch_file("grows", &payload);
+    let map = slipstream::MappedFile::new(std::fs::File::open(&path).unwrap())
+        .unwrap()
+        .expect("a regular file maps");
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap()
+        .write_all(b"more")
+        .unwrap();
+    std::thread::scope(|s| {
+        let rx = s.spawn(|| transfer::recv_stream(&p.server, std::io::sink(), |_| {}));
+        let e = transfer::send_mapped(&p.client, map, |_| {}).unwrap_err();
+        assert!(e.to_string().contains("changed size"), "{e}");
+        let r = rx.join().unwrap();
+        assert!(
+            r.is_err(),
+            "the receiver accepted a transfer whose sender failed: {r:?}"
+        );
+    });
+    let _ = std::fs::remove_file(&path);
 }
 
 /// Paged reads: whole pages of the receive buffer are handed out without a copy, the rest is

@@ -199,3 +199,44 @@ fn live_relay_file_to_srt_to_file() {
     assert!(data.starts_with(&got), "relayed bytes differ");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A file truncated while it is being sent (mapped) fails both ends, promptly and saying so:
+/// the sender with the truncation, the receiver without writing the output.
+#[test]
+fn a_file_truncated_while_sent_fails_both_ends() {
+    let dir = tmpdir("truncated");
+    let (input, _) = write_input(&dir, 24 << 20);
+    let out = dir.join("out.bin");
+    let port = free_port();
+    let rx = spawn_recv(port, &out, &[]);
+    std::thread::sleep(Duration::from_millis(200));
+    // 24 MiB at 100 Mbit/s: about two seconds; cut it to 1 MiB after half a second.
+    let tx = Command::new(BIN)
+        .arg("send")
+        .arg(&input)
+        .arg(format!("srt://127.0.0.1:{port}"))
+        .args(["--quiet", "--netem", "rate=100mbit"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&input)
+        .unwrap()
+        .set_len(1 << 20)
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    let tx = tx.wait_with_output().unwrap();
+    let rx = rx.wait_with_output().unwrap();
+    let (tx_err, rx_err) = (text(&tx.stderr), text(&rx.stderr));
+    assert!(!tx.status.success(), "the sender succeeded: {tx_err}");
+    assert!(
+        tx_err.contains("shrank") || tx_err.contains("changed size"),
+        "{tx_err}"
+    );
+    assert!(!rx.status.success(), "the receiver succeeded: {rx_err}");
+    assert!(!out.exists(), "output written");
+    assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", t0.elapsed());
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -144,7 +144,13 @@ enum Command {
 pub fn run_with(registry: CcRegistry) -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.cmd {
-        Command::Send { file, uri, common } => cmd_send(&file, &uri, &common, &registry),
+        Command::Send { file, uri, common } => {
+            // The file is sent mapped: a truncation meanwhile ends the process with a message.
+            if let Err(e) = crate::exit_on_sigbus_in_mappings() {
+                eprintln!("slipstream: warning: no SIGBUS handler for the mapped file: {e}");
+            }
+            cmd_send(&file, &uri, &common, &registry)
+        }
         Command::Recv {
             uri,
             out,

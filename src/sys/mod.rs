@@ -1,6 +1,6 @@
 //! Linux system interfaces the portable standard library does not reach: batched and
 //! segmentation-offloaded UDP (`sendmmsg`/`recvmmsg`, UDP_SEGMENT/UDP_GRO), MSG_ZEROCOPY
-//! completions from the socket error queue, io_uring, and TUN devices.
+//! completions from the socket error queue, io_uring, TUN devices, and mapped files.
 //!
 //! This is the only place in the crate allowed `unsafe`; every block states why it is sound
 //! in a `// SAFETY:` comment. Everything above it sees safe types.
@@ -8,6 +8,8 @@
 
 #[cfg(target_os = "linux")]
 pub mod hugepage;
+#[cfg(target_os = "linux")]
+pub mod mapped;
 #[cfg(target_os = "linux")]
 pub(crate) mod mmsg;
 #[cfg(target_os = "linux")]
