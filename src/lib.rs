@@ -23,6 +23,7 @@ mod runtime;
 mod sys;
 #[cfg(target_os = "linux")]
 pub use sys::hugepage::HugePageAlloc;
+#[cfg(target_os = "linux")]
 pub use sys::mapped::{exit_on_sigbus_in_mappings, MappedFile};
 pub mod transfer;
 

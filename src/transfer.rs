@@ -20,11 +20,14 @@
 //! `OUT.part` and renamed only on success.
 
 use crate::api::Connection;
-use crate::sys::mapped::MappedFile;
-use crate::{SharedBytes, StreamRead};
+use crate::proto::conn::State as ConnState;
+use crate::StreamRead;
+#[cfg(target_os = "linux")]
+use crate::{MappedFile, SharedBytes};
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
+#[cfg(target_os = "linux")]
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -116,6 +119,8 @@ pub struct SendReport {
     pub digest: Digest,
     /// Whether the digest trailer was sent (the peer agreed to it).
     pub digest_sent: bool,
+    /// Whether the content was sent from a mapping of the file ([`send_mapped`]), not read.
+    pub mapped: bool,
 }
 
 /// Builds the trailer for `len` bytes hashing to `hash`.
@@ -170,15 +175,17 @@ pub fn send_stream<R: Read>(
         total += n as u64;
         progress(total);
     }
-    finish_send(conn, total, hasher.finalize(), || Ok(()))
+    finish_send(conn, total, hasher.finalize(), |_| Ok(()))
 }
 
 /// Sends a mapped file's bytes from the page cache where they lie (no copy of our own: the
 /// digest reads them there, and the connection sends from there and holds the mapping until
-/// they are acknowledged), then the trailer, then closes as [`send_stream`] does. Fails,
-/// aborting the connection before the trailer (so that the receiver fails the transfer too),
-/// if the file changed size meanwhile. See [`MappedFile`] for what a truncation while mapped
-/// does.
+/// they are acknowledged), then the trailer, then closes as [`send_stream`] does. The file
+/// is sent as long as it was when mapped; fails, aborting the connection, if it changed size
+/// before the trailer went (so that the receiver fails the transfer too: no trailer), or
+/// shrank before everything was acknowledged. See [`MappedFile`] for what a truncation
+/// while mapped does.
+#[cfg(target_os = "linux")]
 pub fn send_mapped(
     conn: &Connection,
     map: MappedFile,
@@ -198,10 +205,12 @@ pub fn send_mapped(
         off = end;
         progress(off as u64);
     }
-    // Until everything is acknowledged the mapping is read (retransmissions): a file that
-    // shrinks meanwhile makes those sends fail, and the transfer would only stall.
-    let same_size = || match map.len_now() {
-        Ok(now) if now != bytes.len() as u64 => {
+    // Before the trailer, any change of size fails the transfer (what was sent is no longer
+    // the file). After it, only shrinking matters: until everything is acknowledged the
+    // mapping is read for retransmissions, and lost pages would make those sends fail, the
+    // transfer only stalling.
+    let same_size = |trailer_sent: bool| match map.len_now() {
+        Ok(now) if now < bytes.len() as u64 || (!trailer_sent && now != bytes.len() as u64) => {
             conn.abort();
             Err(io::Error::other(format!(
                 "the file changed size while being sent ({} bytes when mapped, {now} now): \
@@ -211,18 +220,22 @@ pub fn send_mapped(
         }
         r => r.map(drop),
     };
-    same_size()?;
-    finish_send(conn, bytes.len() as u64, hasher.finalize(), same_size)
+    same_size(false)?;
+    let report = finish_send(conn, bytes.len() as u64, hasher.finalize(), same_size)?;
+    Ok(SendReport {
+        mapped: true,
+        ..report
+    })
 }
 
 /// Sends the trailer (if agreed) for `total` bytes hashing to `hash`, waits for everything
 /// to be acknowledged and closes. `check` runs whenever acknowledgements stall for a while
-/// and ends the wait with its error.
+/// (told whether the trailer went out) and ends the wait with its error.
 fn finish_send(
     conn: &Connection,
     total: u64,
     hash: Digest,
-    check: impl Fn() -> io::Result<()>,
+    check: impl Fn(bool) -> io::Result<()>,
 ) -> io::Result<SendReport> {
     let digest_sent = conn.digest_agreed();
     if digest_sent {
@@ -235,8 +248,10 @@ fn finish_send(
     loop {
         match conn.wait_acknowledged(STALL_CHECK) {
             Ok(()) => break,
+            // A connection that ended (peer idle, say) also reads as timed out: not a stall.
+            Err(e) if matches!(conn.state()?, ConnState::Closed(_)) => return Err(e),
             Err(e) if e.kind() == io::ErrorKind::TimedOut => {
-                check()?;
+                check(digest_sent)?;
                 let now = conn.unacknowledged()?;
                 if now < left {
                     (left, progress_at) = (now, Instant::now());
@@ -255,6 +270,7 @@ fn finish_send(
         bytes: total,
         digest: hash,
         digest_sent,
+        mapped: false,
     })
 }
 
@@ -274,9 +290,9 @@ fn write_all_vectored<W: Write>(dst: &mut W, a: &[u8], b: &[u8]) -> io::Result<(
     Ok(())
 }
 
-/// Sends the file at `path`: mapped ([`send_mapped`]) where it is a regular file, read
-/// ([`send_stream`]) otherwise (a pipe, a device). A program calling this on files others may
-/// truncate meanwhile installs [`crate::exit_on_sigbus_in_mappings`] first.
+/// Sends the file at `path`: mapped ([`send_mapped`]) where [`MappedFile::open`] maps it
+/// (a regular file, once the program has installed [`crate::exit_on_sigbus_in_mappings`]),
+/// read ([`send_stream`]) otherwise.
 pub fn send_file(
     conn: &Connection,
     path: &Path,
@@ -284,11 +300,11 @@ pub fn send_file(
 ) -> io::Result<SendReport> {
     let ctx = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", path.display()));
     let f = File::open(path).map_err(ctx)?;
-    let probe = f.try_clone().map_err(ctx)?;
-    match MappedFile::new(probe).map_err(ctx)? {
-        Some(map) => send_mapped(conn, map, progress).map_err(ctx),
-        None => send_stream(conn, f, progress),
+    #[cfg(target_os = "linux")]
+    if let Some(map) = MappedFile::open(&f).map_err(ctx)? {
+        return send_mapped(conn, map, progress);
     }
+    send_stream(conn, f, progress)
 }
 
 /// Checks a held-back trailer against what was received.

@@ -379,6 +379,8 @@ fn mapped_files_are_sent_from_where_they_lie() {
         let e = p.client.send_shared(&shared, bad).unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
     }
+    // Files are mapped once the SIGBUS handler is installed (read before).
+    slipstream::exit_on_sigbus_in_mappings().unwrap();
     // Not a whole number of chunks or packets.
     let payload = data((5 << 20) + 12345, 11);
     let path = scratch_file("mapped", &payload);
@@ -394,6 +396,7 @@ fn mapped_files_are_sent_from_where_they_lie() {
             (sent.bytes, seen),
             (payload.len() as u64, payload.len() as u64)
         );
+        assert!(sent.mapped, "the file was read, not mapped");
         let (v, got) = rx.join().unwrap();
         assert!(got == payload, "received bytes differ");
         assert!(v.is_verified(), "{v:?}");
@@ -408,7 +411,8 @@ fn a_mapped_file_that_changes_size_fails_both_ends() {
     let p = pair(Mode::File, EndpointOptions::default());
     let payload = data(3 << 20, 12);
     let path = scratch_file("grows", &payload);
-    let map = slipstream::MappedFile::new(std::fs::File::open(&path).unwrap())
+    slipstream::exit_on_sigbus_in_mappings().unwrap();
+    let map = slipstream::MappedFile::open(&std::fs::File::open(&path).unwrap())
         .unwrap()
         .expect("a regular file maps");
     std::fs::OpenOptions::new()

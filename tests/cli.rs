@@ -66,8 +66,13 @@ fn send_and_recv_a_file() {
     let out = dir.join("output.bin");
     let json = dir.join("stats.json");
     let port = free_port();
+    let tx_json = dir.join("tx.json");
     let rx = spawn_recv(port, &out, &["--stats-json", json.to_str().unwrap()]);
-    let tx = send(&input, &format!("srt://127.0.0.1:{port}"), &[]);
+    let tx = send(
+        &input,
+        &format!("srt://127.0.0.1:{port}"),
+        &["--stats-json", tx_json.to_str().unwrap()],
+    );
     let rx = rx.wait_with_output().unwrap();
     assert!(tx.status.success(), "send failed: {}", text(&tx.stderr));
     assert!(rx.status.success(), "recv failed: {}", text(&rx.stderr));
@@ -80,6 +85,9 @@ fn send_and_recv_a_file() {
     assert_eq!(stats["bytes"], serde_json::json!(data.len()));
     assert_eq!(stats["verified"], serde_json::json!(true));
     assert!(stats["connection"]["pkts_recv"].as_u64().unwrap() > 0);
+    let tx_stats: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&tx_json).unwrap()).unwrap();
+    assert_eq!(tx_stats["source"], "mapped", "{tx_stats}");
 
     // Existing output is not replaced without --force.
     let port = free_port();
@@ -238,5 +246,38 @@ fn a_file_truncated_while_sent_fails_both_ends() {
     assert!(!rx.status.success(), "the receiver succeeded: {rx_err}");
     assert!(!out.exists(), "output written");
     assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", t0.elapsed());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The sender's SIGBUS handler (for its mapped file) leaves other bus errors alone: one sent
+/// from outside still kills it.
+#[test]
+fn a_sigbus_from_outside_still_kills_the_sender() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tmpdir("sigbus");
+    let (input, _) = write_input(&dir, 1000);
+    // Nobody answers: the sender waits for its handshake.
+    let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    // Without a core dump where the shell allows one.
+    let mut tx = Command::new("sh")
+        .arg("-c")
+        .arg(r#"ulimit -c 0; exec "$0" send "$1" "$2" --quiet"#)
+        .arg(BIN)
+        .arg(&input)
+        .arg(format!("srt://127.0.0.1:{port}"))
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Long enough for the handler to be installed.
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = tx.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-BUS", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let status = tx.wait().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGBUS), "{status:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -121,6 +121,7 @@ pub(super) fn run(
             integrity,
             verified: Some(ok),
             digest: Some(sent.digest),
+            source: None,
             conn: stats,
         };
         sum.print();

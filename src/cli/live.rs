@@ -239,6 +239,7 @@ pub(super) fn run(
         ),
         verified: None,
         digest: None,
+        source: None,
         conn: stats,
     };
     s.print();

@@ -145,9 +145,11 @@ pub fn run_with(registry: CcRegistry) -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.cmd {
         Command::Send { file, uri, common } => {
-            // The file is sent mapped: a truncation meanwhile ends the process with a message.
+            // Send regular files mapped: a truncation meanwhile ends the process with a
+            // message (without the handler, files are read).
+            #[cfg(target_os = "linux")]
             if let Err(e) = crate::exit_on_sigbus_in_mappings() {
-                eprintln!("slipstream: warning: no SIGBUS handler for the mapped file: {e}");
+                eprintln!("slipstream: warning: no SIGBUS handler, reading the file: {e}");
             }
             cmd_send(&file, &uri, &common, &registry)
         }
@@ -321,6 +323,8 @@ struct Summary<'a> {
     integrity: String,
     verified: Option<bool>,
     digest: Option<transfer::Digest>,
+    /// How a sender read its file: "mapped" or "read".
+    source: Option<&'static str>,
     conn: Option<ConnStats>,
 }
 
@@ -355,6 +359,7 @@ impl Summary<'_> {
             "integrity": self.integrity,
             "verified": self.verified,
             "xxh3_128": self.digest.as_ref().map(hex),
+            "source": self.source,
             "connection": self.conn,
             "endpoint": ep.map(Endpoint::stats),
             "datapath": ep.map(|e| serde_json::json!({
@@ -406,6 +411,7 @@ fn cmd_send(file: &Path, uri: &str, common: &Common, registry: &CcRegistry) -> C
                 integrity,
                 verified: None,
                 digest: Some(r.digest),
+                source: Some(if r.mapped { "mapped" } else { "read" }),
                 conn: stats,
             };
             s.print();
@@ -502,6 +508,7 @@ fn cmd_recv(
                 integrity,
                 verified: Some(verified),
                 digest,
+                source: None,
                 conn: stats,
             };
             s.print();

@@ -7,18 +7,20 @@
 //! its packets is acknowledged.
 //!
 //! A mapped file that shrinks while mapped (another process truncates it) makes a read of
-//! the lost pages raise SIGBUS, which kills the process. A program that maps files it does
-//! not control installs [`exit_on_sigbus_in_mappings`] once: a SIGBUS inside a live mapping
-//! then ends the process with a message and exit status 1 (the transfer is incomplete, and
-//! its receiver fails it: no digest trailer arrives); any other SIGBUS keeps its default
-//! action. Where the kernel itself reads the lost pages (copying a datagram), the send fails
-//! with EFAULT and the packet counts as a send error: the transfer then stalls and fails on
-//! its acknowledgement timeout, unless the sender's size check after the last read
-//! ([`MappedFile::len_now`]) ends it first.
+//! the lost pages raise SIGBUS, which kills the process. So files are mapped only once the
+//! program has installed [`exit_on_sigbus_in_mappings`] (the `slipstream` binary does, for
+//! `send`); until then [`MappedFile::open`] declines and callers read the file instead. With
+//! the handler, a SIGBUS for an address inside a live mapping ends the process with a
+//! message and exit status 1; its receiver then fails the transfer on its peer-idle timeout
+//! (a slipstream receiver, or any that checks completeness: a plain SRT peer has no way to
+//! tell). Any other SIGBUS keeps its default action. Where the kernel reads the lost pages
+//! (a gathering datapath copying a datagram), the send fails with EFAULT instead and counts
+//! as a send error; the sender's size checks ([`MappedFile::len_now`], before the trailer
+//! and whenever acknowledgements stall) then end the transfer.
 
 use std::fs::File;
 use std::io;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// How many live mappings the SIGBUS handler knows at once (more are mapped all the same,
 /// unknown to it: a SIGBUS in them takes the default action).
@@ -28,7 +30,10 @@ const KNOWN: usize = 8;
 static RANGES: [(AtomicUsize, AtomicUsize); KNOWN] =
     [const { (AtomicUsize::new(0), AtomicUsize::new(0)) }; KNOWN];
 
-/// A regular file's bytes at the time it was mapped, read-only.
+/// Whether [`exit_on_sigbus_in_mappings`] installed the handler.
+static HANDLER: AtomicBool = AtomicBool::new(false);
+
+/// A regular file's bytes, mapped read-only (shared with the page cache).
 #[derive(Debug)]
 pub struct MappedFile {
     map: memmap2::Mmap,
@@ -38,23 +43,37 @@ pub struct MappedFile {
 }
 
 impl MappedFile {
-    /// Maps `file` (opened for reading) whole. `Ok(None)` where mapping does not apply: not
-    /// a regular file (a pipe, a device), or empty.
-    pub fn new(file: File) -> io::Result<Option<MappedFile>> {
+    /// Maps `file` (open for reading) whole, as long as it is now. `Ok(None)` where mapping
+    /// does not apply, for the caller to read the file instead: the SIGBUS handler is not
+    /// installed ([`exit_on_sigbus_in_mappings`]), the file is not a regular one (a pipe, a
+    /// device) or is empty, or the kernel would not map it (a file system without mmap, a
+    /// file larger than the address space). Fails only where the file's metadata cannot be
+    /// read.
+    pub fn open(file: &File) -> io::Result<Option<MappedFile>> {
         let meta = file.metadata()?;
-        if !meta.is_file() || meta.len() == 0 {
+        if !HANDLER.load(Ordering::Acquire) || !meta.is_file() || meta.len() == 0 {
             return Ok(None);
         }
-        let len = usize::try_from(meta.len())
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "file too large to map"))?;
-        // SAFETY: the mapping is read-only and private to this object; the bytes it shows
-        // may change if another process writes the file meanwhile (they are only hashed and
-        // sent: the receiver's digest check then fails the transfer), and pages a truncation
-        // removes raise SIGBUS, which the module's documentation deals with.
-        let map = unsafe { memmap2::MmapOptions::new().len(len).map(&file)? };
+        let Ok(len) = usize::try_from(meta.len()) else {
+            return Ok(None);
+        };
+        let Ok(file) = file.try_clone() else {
+            return Ok(None);
+        };
+        // SAFETY: the mapping is read-only and owned by this object; nothing here writes
+        // through it. memmap2 asks that the file not change while mapped, which another
+        // process may still do: we waive that knowingly, because the bytes are only ever
+        // read (hashed, and copied into datagrams by the kernel or the I/O thread), so a
+        // change reaches the wire as different bytes, which the receiver's digest check
+        // rejects; and a truncation raises SIGBUS, which the installed handler turns into
+        // a clean exit (see the module documentation).
+        let Ok(map) = (unsafe { memmap2::MmapOptions::new().len(len).map(&file) }) else {
+            return Ok(None);
+        };
         // Read ahead of the sender on files that are not in memory yet.
         let _ = map.advise(memmap2::Advice::Sequential);
-        let (start, end) = (map.as_ptr() as usize, map.as_ptr() as usize + map.len());
+        let start = map.as_ptr() as usize;
+        let end = start.saturating_add(map.len());
         let known = RANGES.iter().position(|(s, e)| {
             if s.compare_exchange(0, start, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
@@ -78,10 +97,10 @@ impl MappedFile {
         self.map.is_empty()
     }
 
-    /// Maps the pages of `range` in one go (`MADV_POPULATE_READ`, Linux 5.14; a no-op where
-    /// the kernel lacks it) rather than a page fault every few pages on first read. Fails
-    /// where the file no longer has those bytes (truncated since it was mapped) instead of
-    /// raising SIGBUS.
+    /// Maps the pages of `range` in one go (`MADV_POPULATE_READ`, Linux 5.14) rather than a
+    /// page fault every few pages on first read. Fails where the file no longer has those
+    /// bytes (truncated since it was mapped) instead of raising SIGBUS; any other refusal
+    /// (an older kernel, memory pressure) is only a lost hint.
     pub fn populate(&self, range: std::ops::Range<usize>) -> io::Result<()> {
         if range.is_empty() {
             return Ok(());
@@ -94,8 +113,7 @@ impl MappedFile {
                 io::ErrorKind::UnexpectedEof,
                 "the file shrank while being sent (its mapping lost pages)",
             )),
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(()),
-            r => r,
+            _ => Ok(()),
         }
     }
 
@@ -113,6 +131,7 @@ impl AsRef<[u8]> for MappedFile {
 
 impl Drop for MappedFile {
     fn drop(&mut self) {
+        // Forgotten before the mapping goes (the field is dropped after this).
         if let Some(i) = self.known {
             RANGES[i].1.store(0, Ordering::Release);
             RANGES[i].0.store(0, Ordering::Release);
@@ -130,9 +149,9 @@ fn in_mapping(addr: usize) -> bool {
 
 extern "C" fn on_sigbus(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
     // SAFETY: with SA_SIGINFO the kernel passes a valid siginfo_t; for SIGBUS its si_addr is
-    // the faulting address.
-    let addr = unsafe { (*info).si_addr() } as usize;
-    if in_mapping(addr) {
+    // the faulting address (meaningless, and then not in a mapping, for a sent signal).
+    let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
+    if code == libc::BUS_ADRERR && in_mapping(addr) {
         const MSG: &[u8] = b"slipstream: the input file shrank while it was being sent \
             (SIGBUS reading its mapping); the transfer is incomplete\n";
         // SAFETY: write(2) and _exit(2) are async-signal-safe; MSG is a valid static buffer.
@@ -141,18 +160,21 @@ extern "C" fn on_sigbus(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mu
             libc::_exit(1);
         }
     }
-    // Not a mapped file's: restore the default action, which the faulting instruction meets
-    // again when this handler returns.
-    // SAFETY: sigaction(2) is async-signal-safe; a zeroed sigaction with SIG_DFL is valid.
+    // Not a mapped file's (a hardware memory error, a bug, a signal sent): restore the
+    // default action and raise it again; it is delivered, and kills, once this returns.
+    // SAFETY: sigaction(2) and raise(3) are async-signal-safe; a zeroed sigaction with
+    // SIG_DFL is valid.
     unsafe {
         let mut dfl: libc::sigaction = std::mem::zeroed();
         dfl.sa_sigaction = libc::SIG_DFL;
         libc::sigaction(libc::SIGBUS, &dfl, std::ptr::null_mut());
+        libc::raise(libc::SIGBUS);
     }
 }
 
-/// Installs the process's SIGBUS handler described in the module documentation. Call it
-/// once, early, from a program (not a library) that maps files it does not control.
+/// Installs the process's SIGBUS handler described in the module documentation, replacing
+/// any other, and lets [`MappedFile::open`] map files. Call it once, early, from a program
+/// (not a library) that sends files it does not control.
 pub fn exit_on_sigbus_in_mappings() -> io::Result<()> {
     // SAFETY: sa is fully initialised (zeroed, then the handler, SA_SIGINFO and an empty
     // mask); the handler only calls async-signal-safe functions and reads atomics.
@@ -165,6 +187,7 @@ pub fn exit_on_sigbus_in_mappings() -> io::Result<()> {
             return Err(io::Error::last_os_error());
         }
     }
+    HANDLER.store(true, Ordering::Release);
     Ok(())
 }
 
@@ -175,6 +198,7 @@ mod tests {
 
     #[test]
     fn maps_regular_files_and_knows_their_range_while_live() {
+        exit_on_sigbus_in_mappings().unwrap();
         let dir = std::env::temp_dir().join(format!("slipstream-mapped-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("f");
@@ -182,7 +206,7 @@ mod tests {
             .unwrap()
             .write_all(b"hello, mapped world")
             .unwrap();
-        let m = MappedFile::new(File::open(&path).unwrap())
+        let m = MappedFile::open(&File::open(&path).unwrap())
             .unwrap()
             .unwrap();
         assert_eq!(m.as_ref(), b"hello, mapped world");
@@ -207,10 +231,10 @@ mod tests {
         assert!(!RANGES.iter().any(ours), "forgotten once unmapped");
         // Empty files and non-files are not mapped.
         std::fs::File::create(dir.join("empty")).unwrap();
-        assert!(MappedFile::new(File::open(dir.join("empty")).unwrap())
+        assert!(MappedFile::open(&File::open(dir.join("empty")).unwrap())
             .unwrap()
             .is_none());
-        assert!(MappedFile::new(File::open(&dir).unwrap())
+        assert!(MappedFile::open(&File::open(&dir).unwrap())
             .unwrap()
             .is_none());
         std::fs::remove_dir_all(&dir).unwrap();

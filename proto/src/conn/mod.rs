@@ -30,7 +30,7 @@ mod stats;
 pub use config::{ConnConfig, Mode};
 pub use event::{CloseReason, Event};
 pub use recv_buf::{Payload, OWNED_PAYLOAD_MIN};
-pub use send_buf::SharedBytes;
+pub use send_buf::{SharedBytes, MAX_CHUNK};
 pub use stats::ConnStats;
 
 use crate::cc::{CcContext, CcControl, CongestionControl};
@@ -717,7 +717,7 @@ impl Connection {
     /// from the chunk where it is, and once all of them are acknowledged it is kept for
     /// [`Connection::take_chunk`]. On failure the chunk comes back: `WouldBlock` when the
     /// send buffer has no room for its packets now, `TooLarge` when it never will (longer
-    /// than the whole buffer; `len` 0 or beyond the chunk also counts).
+    /// than the whole buffer or [`MAX_CHUNK`]; `len` 0 or beyond the chunk also counts).
     pub fn send_chunk(
         &mut self,
         now: Instant,
@@ -728,7 +728,11 @@ impl Connection {
             return Err((e, chunk));
         }
         let pkts = len.div_ceil(self.sbuf.slot_size().max(1));
-        if len == 0 || len > chunk.len() || pkts > self.cfg.buffer_max_pkts(self.payload_size) {
+        if len == 0
+            || len > chunk.len()
+            || len > MAX_CHUNK
+            || pkts > self.cfg.buffer_max_pkts(self.payload_size)
+        {
             return Err((SendError::TooLarge, chunk));
         }
         // A chunk longer than the buffer is now grows it (within its cap) rather than wait
@@ -749,7 +753,7 @@ impl Connection {
     /// go out from `data` where it lies and hold a reference to it until acknowledged; it is
     /// never given back for [`Connection::take_chunk`]. `WouldBlock` when the send buffer
     /// has no room for the range's packets now, `TooLarge` when it never will (the range
-    /// empty, beyond `data`, or longer than the whole buffer).
+    /// empty, beyond `data`, or longer than the whole buffer or [`MAX_CHUNK`]).
     pub fn send_shared(
         &mut self,
         now: Instant,
@@ -761,6 +765,7 @@ impl Connection {
         let pkts = len.div_ceil(self.sbuf.slot_size().max(1));
         if len == 0
             || range.end > (**data).as_ref().len()
+            || len > MAX_CHUNK
             || pkts > self.cfg.buffer_max_pkts(self.payload_size)
         {
             return Err(SendError::TooLarge);

@@ -17,7 +17,9 @@ use std::ops::Range;
 use std::sync::Arc;
 
 /// Read-only bytes the application shares with a connection, for it to send from where they
-/// lie (for example a mapped file): see [`crate::conn::Connection::send_shared`].
+/// lie (for example a mapped file): see [`crate::conn::Connection::send_shared`]. `as_ref()`
+/// must return the same bytes (at least as many) for as long as the connection holds them:
+/// packets beyond a shrunk end cannot be sent, and the connection stalls.
 pub type SharedBytes = Arc<dyn AsRef<[u8]> + Send + Sync>;
 
 /// Where a chunk's packets lie.
@@ -32,7 +34,11 @@ impl Held {
     fn bytes(&self) -> &[u8] {
         match self {
             Held::Buf(b) => b,
-            Held::Shared(s, start) => (**s).as_ref().get(*start..).unwrap_or_default(),
+            Held::Shared(s, start) => {
+                let bytes = (**s).as_ref().get(*start..);
+                debug_assert!(bytes.is_some(), "shared bytes shrank under the connection");
+                bytes.unwrap_or_default()
+            }
         }
     }
 }
@@ -64,6 +70,8 @@ pub(crate) struct SlotMeta {
     off: u32,
 }
 
+/// The longest chunk: packets are found in one by a 32-bit offset.
+pub const MAX_CHUNK: usize = u32::MAX as usize;
 /// [`SlotMeta::chunk`] of a payload held in its ring slot.
 const IN_RING: u64 = u64::MAX;
 /// Chunks the pool keeps for reuse even when the buffer has no free room for them.
@@ -204,8 +212,9 @@ impl SendBuffer {
         bytes
     }
 
-    /// One packet of chunk `id` is no longer held; chunks with none left go to the pool
-    /// while it holds fewer than [`CHUNK_POOL`] or at most `room` bytes.
+    /// One packet of chunk `id` is no longer held; buffers with none left go to the pool
+    /// while it holds fewer than [`CHUNK_POOL`] or at most `room` bytes, shared bytes are
+    /// let go.
     fn release_chunk_packet(&mut self, id: u64, room: usize) {
         let Some(i) = id
             .checked_sub(self.chunk_base)
@@ -242,13 +251,13 @@ impl SendBuffer {
     /// Queues `data[range]` as stream data without copying it, as [`SendBuffer::push_chunk`]
     /// does; the packets hold a reference to `data` until acknowledged. Returns false (and
     /// queues nothing) if there are not enough free packets, or the range is empty, beyond
-    /// `data` or longer than 4 GiB.
+    /// `data` or longer than [`MAX_CHUNK`].
     pub fn push_shared(&mut self, data: &SharedBytes, range: Range<usize>, now_us: u64) -> bool {
         let avail = (**data).as_ref().len();
-        if range.start > range.end || range.end > avail || range.len() > u32::MAX as usize {
-            return false;
-        }
-        if !self.fits_chunk(range.len(), range.len()) {
+        if range.start > range.end
+            || range.end > avail
+            || !self.fits_chunk(range.len(), range.len())
+        {
             return false;
         }
         self.push_held(Held::Shared(data.clone(), range.start), range.len(), now_us);
@@ -258,7 +267,7 @@ impl SendBuffer {
     /// Whether `len` bytes of a chunk of `avail` can be queued now.
     fn fits_chunk(&self, len: usize, avail: usize) -> bool {
         let pkts = len.div_ceil(self.slot_size.max(1));
-        len > 0 && len <= avail && pkts <= self.cap - self.len
+        len > 0 && len <= avail && len <= MAX_CHUNK && pkts <= self.cap - self.len
     }
 
     /// Queues the first `len` bytes of `held` (checked by [`SendBuffer::fits_chunk`]).
