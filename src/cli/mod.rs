@@ -66,7 +66,9 @@ struct Common {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Send a file: `slipstream send FILE srt://HOST:PORT` (or srt://:PORT to wait for the
-    /// receiver to call). Exits 0 only when the receiver acknowledged everything.
+    /// receiver to call). Exits 0 only when the receiver acknowledged everything. The file is
+    /// sent mapped, as long as it was when the send began; if it changes size meanwhile, the
+    /// send fails.
     Send {
         /// The file to send.
         file: PathBuf,
