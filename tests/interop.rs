@@ -6,14 +6,12 @@
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
 mod common;
 use common::{text, Proc};
 
 const SLIPSTREAM: &str = env!("CARGO_BIN_EXE_slipstream");
-static PORT: AtomicU16 = AtomicU16::new(0);
 /// Each test runs two busy processes; on a 2-core machine they run one at a time so that a
 /// starved peer does not pass for an interop failure.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -22,10 +20,14 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A distinct loopback port per use (tests run in parallel).
+/// A UDP port free on loopback now, as the kernel picks one: a fixed range would lie among
+/// the ephemeral ports other sockets are given (32768-60999 by default), and a peer bound
+/// there first makes a test fail for nothing.
 fn port() -> u16 {
-    let base = 30_000 + (std::process::id() % 2000) as u16 * 10;
-    base + PORT.fetch_add(1, Ordering::Relaxed) % 10
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .map(|a| a.port())
+        .expect("a free UDP port on loopback")
 }
 
 /// Whether `tool` can run; in CI its absence fails the test.
@@ -52,6 +54,21 @@ fn finish(p: Proc, limit: Duration) -> (bool, String) {
         Ok(o) => (o.status.success(), text(&o.stdout) + &text(&o.stderr)),
         Err(e) => (false, e),
     }
+}
+
+/// The first and last lines of a long output (srt-file-transmit can log a line per loop
+/// for as long as it runs).
+fn clip(s: &str) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    if lines.len() <= 40 {
+        return s.to_string();
+    }
+    format!(
+        "{}\n[... {} lines ...]\n{}",
+        lines[..20].join("\n"),
+        lines.len() - 40,
+        lines[lines.len() - 20..].join("\n")
+    )
 }
 
 /// A scratch directory, removed when the test ends (kept, and named, when it fails).
@@ -120,11 +137,11 @@ fn file_slipstream_sends_to_srt_file_transmit() {
             .arg(format!("srt://127.0.0.1:{p}")),
     );
     let (ok, out) = finish(tx, Duration::from_secs(30));
-    assert!(ok, "slipstream send failed:\n{out}");
+    assert!(ok, "slipstream send failed:\n{}", clip(&out));
     // Normally libsrt exits within milliseconds of our shutdown; if a loaded machine drops
     // that datagram it notices the silence after its 5 s idle timeout instead.
     let (ok, out) = finish(rx, Duration::from_secs(20));
-    assert!(ok, "srt-file-transmit failed:\n{out}");
+    assert!(ok, "srt-file-transmit failed:\n{}", clip(&out));
     let got = std::fs::read(dir.join("out/payload.bin"))
         .expect("srt-file-transmit wrote the file under the stream id");
     assert!(
@@ -160,9 +177,17 @@ fn file_srt_file_transmit_sends_to_slipstream() {
             .arg(format!("srt://127.0.0.1:{p}")),
     );
     let (ok, out) = finish(tx, Duration::from_secs(30));
-    assert!(ok, "srt-file-transmit failed:\n{out}");
+    if !ok {
+        // What the receiver saw tells which end broke off.
+        let (_, rx_out) = finish(rx, Duration::from_secs(1));
+        panic!(
+            "srt-file-transmit failed:\n{}\nslipstream recv printed:\n{}",
+            clip(&out),
+            clip(&rx_out)
+        );
+    }
     let (ok, out) = finish(rx, Duration::from_secs(15));
-    assert!(ok, "slipstream recv failed:\n{out}");
+    assert!(ok, "slipstream recv failed:\n{}", clip(&out));
     let got = std::fs::read(dir.join("out/movie.ts"))
         .expect("slipstream named the file after the stream id");
     assert!(
