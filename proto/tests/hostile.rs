@@ -236,3 +236,45 @@ fn a_packet_far_ahead_does_not_grow_the_receive_buffer() {
     assert!(tick > 100, "only {tick} packets injected");
     assert_eq!(st.rcv_buf_cap_pkts, cap0, "{st:?}");
 }
+
+/// A data packet longer than the receive slots agreed in the handshake (a forged one, or
+/// two packets a kernel coalesced into one datagram and the runtime could not tell apart)
+/// is dropped and counted, never stored cut to size: the stream stays byte-exact.
+#[test]
+fn an_oversized_data_packet_is_dropped_not_truncated() {
+    let s = seed(22);
+    let _g = SeedGuard(s);
+    let mut p = Pair::new(s, path(5, 0.0, None), path(5, 0.0, None));
+    let isn = SeqNo::new(5_000);
+    let mut cfg = file_cfg();
+    cfg.set_initial_seq(Some(isn));
+    let (ca, cb) = connect(&mut p, cfg);
+    let slot = p.b.conn(cb).unwrap().recv_slot_size();
+    // The first data packet's sequence number, then a second packet's header and payload,
+    // as a coalesced pair would read.
+    let mut d = vec![0xAB; 16 + slot + 16 + slot];
+    let h = DataHeader {
+        seq: isn,
+        position: PacketPosition::Solo,
+        in_order: false,
+        key: EncryptionKey::None,
+        retransmitted: false,
+        msg_no: MsgNo::new(1),
+        timestamp: 0,
+        dst_socket: cb.0,
+    };
+    let hdr: &mut [u8; 16] = (&mut d[..16]).try_into().unwrap();
+    h.emit(hdr);
+    let a_addr = p.a_addr;
+    p.inject_b(a_addr, &d);
+    let data = content(200_000, s);
+    let got = stream(&mut p, ca, cb, &data, Duration::from_secs(10));
+    assert!(
+        got == data,
+        "stream differs ({} of {} bytes)",
+        got.len(),
+        data.len()
+    );
+    let st = p.b.conn(cb).unwrap().stats(p.now);
+    assert_eq!(st.pkts_recv_oversized, 1, "{st:?}");
+}

@@ -24,6 +24,11 @@ impl Connection {
         payload: Payload<'_>,
     ) {
         let len = payload.len();
+        if len > self.rbuf.slot_size() {
+            // Storing it cut to size would deliver wrong bytes.
+            self.stats.pkts_recv_oversized += 1;
+            return;
+        }
         self.stats.pkts_recv += 1;
         if h.retransmitted {
             self.stats.pkts_recv_retrans += 1;

@@ -42,6 +42,10 @@ pub struct ConnStats {
     /// Data packets whose payload the receive buffer took where the runtime received it,
     /// without a copy (large payloads, see `Endpoint::handle_data_owned`).
     pub pkts_recv_in_place: u64,
+    /// Data packets longer than a receive slot (the size agreed in the handshake): dropped,
+    /// never truncated. A datagram that held several packets (a receive batch the kernel
+    /// coalesced, read where it could not be told apart) also counts here.
+    pub pkts_recv_oversized: u64,
     /// Payload bytes delivered to the application.
     pub bytes_delivered: u64,
     /// Of those, bytes handed out as whole pages of the receive buffer (no copy, see
