@@ -383,6 +383,20 @@ impl IoLoop {
     /// Polls the engine for a gather send (see the module documentation): headers and
     /// control packets packed in `tx_buf`, payloads named. Returns whether the batch filled
     /// up (more may be ready).
+    /// Follows the endpoint's payload length ([`Endpoint::owned_payload_len`], which changes
+    /// only as connections come and go): the split buffers, and the datapath's receive mode
+    /// switched before anything else is sent.
+    fn follow_split(&mut self, ep: &Endpoint) {
+        if !self.dp.splits() {
+            return;
+        }
+        let len = ep.owned_payload_len();
+        if len != self.split.len {
+            self.dp.set_split(len.is_some());
+            self.split.set_len(len);
+        }
+    }
+
     fn collect_gather(&mut self, g: &mut State, now: Instant) -> bool {
         self.gather.clear();
         let (mut at, mut bytes) = (0, 0);
@@ -474,6 +488,10 @@ impl IoLoop {
                     }
                 }
             }
+            // Before anything is sent: a new connection (a handshake response, a caller's
+            // first packet) must find the socket already in the receive mode its payloads
+            // need (see `Datapath::set_split`).
+            self.follow_split(&g.ep);
             if g.max_mss > self.slot {
                 // A connection with a larger MSS appeared: grow once, outside the steady state.
                 self.slot = g.max_mss;
@@ -502,9 +520,9 @@ impl IoLoop {
                 }
                 events = true;
             }
-            if events && self.dp.splits() {
-                // Payload sizes change only as connections come and go.
-                self.split.set_len(g.ep.owned_payload_len());
+            if events {
+                // Connections removed above.
+                self.follow_split(&g.ep);
             }
             let exit = g.shutdown && g.handles == 0 && g.ep.is_empty() && !full;
             g.dp_stats = self.dp.stats();

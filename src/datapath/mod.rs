@@ -374,6 +374,16 @@ pub trait Datapath: Send + std::fmt::Debug {
         false
     }
 
+    /// Says, before the caller's next sends, whether its receives will be split from now on.
+    /// A splitting backend turns receive coalescing (GRO) off here rather than at the next
+    /// receive: a batch the kernel coalesced while it was on stays whole in the socket's
+    /// queue, and read split it cannot be told from one datagram. So the caller announces
+    /// the switch before it tells a peer to send (a handshake response). Backends that do
+    /// not split ignore it.
+    fn set_split(&mut self, split: bool) {
+        let _ = split;
+    }
+
     /// Receives as [`Datapath::recv`] does, but into the caller's buffers, each datagram in
     /// two parts: its first [`SPLIT_HEAD`] bytes into `heads[i]`, the rest into `bufs[i]`
     /// (up to that buffer's length; a longer datagram is dropped and counted). `out` is
@@ -469,6 +479,9 @@ impl<D: Datapath + ?Sized> Datapath for Box<D> {
     }
     fn splits(&self) -> bool {
         (**self).splits()
+    }
+    fn set_split(&mut self, split: bool) {
+        (**self).set_split(split)
     }
     fn recv_split(
         &mut self,

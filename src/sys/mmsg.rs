@@ -213,6 +213,9 @@ macro_rules! forward_datapath {
             fn splits(&self) -> bool {
                 true
             }
+            fn set_split(&mut self, split: bool) {
+                self.core.set_gro(!split);
+            }
             fn recv_split(
                 &mut self,
                 timeout: Option<Duration>,
