@@ -554,6 +554,14 @@ impl Connection {
         }
     }
 
+    /// After a read: a window update the read made due goes out now (the I/O thread is woken
+    /// if it sleeps), since the sender may be waiting for nothing else.
+    fn read_done(&self, ack_pending: bool) {
+        if ack_pending {
+            self.shared.wake_io();
+        }
+    }
+
     /// Stream mode: reads bytes, waiting for some. `Ok(0)` is the clean end of the stream.
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
         if buf.is_empty() {
@@ -563,7 +571,10 @@ impl Connection {
         loop {
             let c = g.ep.conn(self.id).ok_or_else(gone)?;
             match c.recv(buf) {
-                Ok(n) => return Ok(n),
+                Ok(n) => {
+                    self.read_done(c.ack_pending());
+                    return Ok(n);
+                }
                 Err(RecvError::WouldBlock) => g = self.wait_for(g, WAIT_SLICE, Wait::Read)?,
                 Err(e) => return Err(recv_error(e)),
             }
@@ -585,7 +596,10 @@ impl Connection {
         loop {
             let c = g.ep.conn(self.id).ok_or_else(gone)?;
             match c.recv_page(buf, spare.take()) {
-                Ok(r) => return Ok(r),
+                Ok(r) => {
+                    self.read_done(c.ack_pending());
+                    return Ok(r);
+                }
                 Err(RecvError::WouldBlock) => g = self.wait_for(g, WAIT_SLICE, Wait::Read)?,
                 Err(e) => return Err(recv_error(e)),
             }
@@ -623,6 +637,10 @@ impl Connection {
             let c = g.ep.conn(self.id).ok_or_else(gone)?;
             let now = Instant::now();
             let r = match c.recv_message(now, buf) {
+                Ok(n) if n > 0 => {
+                    self.read_done(c.ack_pending());
+                    Ok(n)
+                }
                 // Workaround: in live mode the engine reports the end (`Ok(0)`) as soon as the
                 // peer's shutdown arrives, even while received messages still wait in the
                 // buffer for their delivery time. Keep reading them until they are delivered

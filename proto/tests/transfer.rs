@@ -836,3 +836,91 @@ fn owned_payloads_cross_a_lossy_path_byte_exact() {
         "{pages} of {packets} packets read as pages"
     );
 }
+
+/// Where the receiving application is what holds the transfer back, the sender waits for
+/// the window its reads reopen. A read that frees a quarter of the buffer is announced at
+/// once (a full ACK), not at the next ACK tick: with a buffer of 64 packets (93 kB) the
+/// ticks alone would let through 64 packets per 10 ms, 9.3 MB/s, against a reader of
+/// 50 MB/s on a path with a 0.4 ms round trip.
+#[test]
+fn reads_that_reopen_the_window_are_announced_at_once() {
+    let s = seed(37);
+    let _g = SeedGuard(s);
+    let hop = slipstream_proto::sim::LinkConfig {
+        delay: Duration::from_micros(200),
+        ..path(0, 0.0, None)
+    };
+    let mut p = Pair::new(s, hop.clone(), hop);
+    let mut cfg = file_cfg();
+    cfg.set_initial_window(64).set_buffer_cap(64 * 1456);
+    let (ca, cb) = connect(&mut p, cfg);
+    const READ_BPS: f64 = 50e6;
+    let data = content(5_000_000, s);
+    let (mut sent, mut got, mut buf) = (0, Vec::new(), vec![0u8; 1456]);
+    let start = p.now;
+    let done = p.run_until(Duration::from_secs(10), |p| {
+        let now = p.now;
+        let c = p.a.conn(ca).expect("sender");
+        while sent < data.len() {
+            match c.send(now, &data[sent..]) {
+                Ok(n) => sent += n,
+                Err(_) => break,
+            }
+        }
+        // The application reads at READ_BPS at most, a packet's worth at a time.
+        let allowed = ((now - start).as_secs_f64() * READ_BPS) as usize;
+        let c = p.b.conn(cb).expect("receiver");
+        while got.len() < allowed.min(data.len()) {
+            let want = (allowed - got.len()).min(buf.len());
+            match c.recv(&mut buf[..want]) {
+                Ok(n) if n > 0 => got.extend_from_slice(&buf[..n]),
+                _ => break,
+            }
+        }
+        got.len() == data.len()
+    });
+    let secs = (p.now - start).as_secs_f64();
+    let rate = data.len() as f64 / secs;
+    let b = p.b.conn(cb).expect("receiver").stats(p.now);
+    assert!(done, "got {} of {} in {secs:.2} s", got.len(), data.len());
+    assert!(got == data, "content differs");
+    assert_eq!(b.pkts_rcv_dropped, 0, "the receiver's buffer overflowed");
+    assert!(
+        rate > 0.8 * READ_BPS,
+        "{:.1} MB/s against a reader of {:.1}: {b:?}",
+        rate / 1e6,
+        READ_BPS / 1e6
+    );
+}
+
+/// The receive buffer is sized from the path's round trip, not from one that counts the
+/// queues along it. A controller that fills the bottleneck's queue (UDT's) on a 2 ms path
+/// at 1 Gbit/s with 32 MB of queue reads a smoothed RTT of tens of milliseconds; sized from
+/// that, the buffer grew, the window with it, the queue further, and so on up to the cap.
+/// The least round trip keeps it at its initial size, and the link stays full.
+#[test]
+fn queueing_delay_does_not_grow_the_receive_buffer() {
+    let s = seed(38);
+    let _g = SeedGuard(s);
+    let link = bottleneck(1, 0.0, 1_000_000_000, 32 << 20);
+    let mut p = Pair::new(s, link, path(1, 0.0, None));
+    let mut cfg = file_cfg();
+    cfg.set_cc("file");
+    let (ca, cb) = connect(&mut p, cfg);
+    let data = content(200_000_000, s);
+    let t0 = p.now;
+    let got = stream(&mut p, ca, cb, &data, Duration::from_secs(30));
+    let secs = (p.now - t0).as_secs_f64();
+    assert!(got == data, "content differs");
+    let b = p.b.conn(cb).expect("receiver").stats(p.now);
+    eprintln!(
+        "200 MB in {secs:.2} s; receive buffer {} packets, RTT {} ms",
+        b.rcv_buf_cap_pkts, b.rtt_ms
+    );
+    assert!(b.rtt_ms > 10.0, "the queue never filled: {b:?}");
+    assert!(
+        b.rcv_buf_cap_pkts <= 8192,
+        "the receive buffer grew with the queue: {b:?}"
+    );
+    assert!(secs < 2.5, "{:.2} Gbit/s", 1.6 / secs);
+}

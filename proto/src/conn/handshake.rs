@@ -251,7 +251,7 @@ impl Connection {
         if self.role == Role::Listener && !self.rtt_sampled {
             if let Some(t) = self.hs.conclusion_sent_us.take() {
                 if self.hs.conclusion_sends == 1 {
-                    self.update_rtt(now_us.saturating_sub(t));
+                    self.own_rtt_sample(now_us, now_us.saturating_sub(t));
                 }
             }
         }
@@ -302,7 +302,7 @@ impl Connection {
                 // the conclusion was repeated (see `conclusion_sends`): the defaults stand
                 // until the first ACKACK or ACK then.
                 if let (Some(t), 1) = (self.hs.conclusion_sent_us, self.hs.conclusion_sends) {
-                    self.update_rtt(now_us.saturating_sub(t));
+                    self.own_rtt_sample(now_us, now_us.saturating_sub(t));
                 }
                 self.hs.phase = Phase::Done;
                 self.establish(now_us, Event::Connected);

@@ -52,6 +52,9 @@ pub const CHUNK_BYTES: usize = 1 << 20;
 
 /// SRT's SYN interval: full ACKs and rate-control decisions every 10 ms.
 pub const SYN_INTERVAL_US: u64 = 10_000;
+/// How long a least round-trip sample stands before a larger one replaces it (a path that
+/// got longer is noticed within this time).
+const MIN_RTT_WINDOW_US: u64 = 10_000_000;
 /// Light ACK after this many packets.
 pub(super) const LIGHT_ACK_PKTS: u32 = 64;
 /// The RTT assumed until the first sample (SRT's default too, so a peer that has no sample
@@ -209,6 +212,9 @@ pub struct Connection {
     ack_hist: [(u32, u64, SeqNo); 64],
     last_ackacked_seq: SeqNo,
     last_adv_window: u32,
+    /// The right edge of the window the last full ACK advertised (its ACK point plus the
+    /// free packets it announced): the sender sends nothing past it until the next one.
+    adv_edge: SeqNo,
     pkts_since_ack: u32,
     rate: RateEstimator,
     ack_rates: AckRateTracker,
@@ -219,6 +225,10 @@ pub struct Connection {
     srtt_us: u64,
     rttvar_us: u64,
     rtt_sampled: bool,
+    /// The least of this end's own round-trip samples (handshake, ACK to ACKACK) over the
+    /// last [`MIN_RTT_WINDOW_US`], and when it was taken: the path's round trip without the
+    /// queues along it, which sizes the receive buffer.
+    min_rtt: Option<(u64, u64)>,
 
     // Timers, µs since start.
     next_ack_tick: u64,
@@ -336,6 +346,8 @@ impl Connection {
             ack_hist: [(0, 0, isn); 64],
             last_ackacked_seq: isn.sub(1),
             last_adv_window: 0,
+            // The handshake advertises the whole buffer.
+            adv_edge: isn.add(init as u32),
             pkts_since_ack: 0,
             rate: RateEstimator::new(),
             ack_rates: AckRateTracker::default(),
@@ -345,6 +357,7 @@ impl Connection {
             srtt_us: INITIAL_RTT_US,
             rttvar_us: 50_000,
             rtt_sampled: false,
+            min_rtt: None,
             next_ack_tick: SYN_INTERVAL_US,
             next_nak_tick: 0,
             last_rsp_us: 0,
@@ -383,6 +396,7 @@ impl Connection {
         self.drop_upto = rcv_isn;
         self.last_acked_seq = rcv_isn;
         self.last_ackacked_seq = rcv_isn.sub(1);
+        self.adv_edge = rcv_isn.add(self.rbuf.cap() as u32);
     }
 
     /// Moves to Connected and starts the controller.
@@ -857,6 +871,7 @@ impl Connection {
         let n = self.rbuf.read_stream(self.rcv_ack, buf, false);
         if n > 0 {
             self.stats.bytes_delivered += n as u64;
+            self.on_app_read();
             return Ok(n);
         }
         self.recv_end()
@@ -884,11 +899,13 @@ impl Connection {
         if let Some((p, len)) = self.rbuf.take_page(self.rcv_ack) {
             self.stats.bytes_delivered += len as u64;
             self.stats.bytes_delivered_in_pages += len as u64;
+            self.on_app_read();
             return Ok(StreamRead::Page(p, len));
         }
         let n = self.rbuf.read_stream(self.rcv_ack, buf, true);
         if n > 0 {
             self.stats.bytes_delivered += n as u64;
+            self.on_app_read();
             return Ok(StreamRead::Copied(n));
         }
         self.recv_end().map(StreamRead::Copied)
@@ -920,11 +937,19 @@ impl Connection {
         match self.read_message(now_us, buf) {
             recv_buf::MsgRead::Done(n) => {
                 self.stats.bytes_delivered += n as u64;
+                self.on_app_read();
                 Ok(n)
             }
             recv_buf::MsgRead::TooSmall(n) => Err(RecvError::BufferTooSmall(n)),
             recv_buf::MsgRead::None => self.recv_end(),
         }
+    }
+
+    /// True when a control packet waits to go out: after a read, the window update that
+    /// tells the sender the buffer has room again (the I/O side should send it now, not at
+    /// its next timer).
+    pub fn ack_pending(&self) -> bool {
+        self.pending.full_ack
     }
 
     /// True when a `recv` would return data or the end of the stream.
@@ -1004,6 +1029,18 @@ impl Connection {
     }
 
     // ---- shared helpers ----
+
+    /// A round-trip sample this end measured itself (not the peer's estimate): also feeds
+    /// the least round trip.
+    fn own_rtt_sample(&mut self, now_us: u64, sample_us: u64) {
+        let sample_us = sample_us.max(1);
+        match self.min_rtt {
+            Some((min, at)) if sample_us > min && now_us.saturating_sub(at) < MIN_RTT_WINDOW_US => {
+            }
+            _ => self.min_rtt = Some((sample_us, now_us)),
+        }
+        self.update_rtt(sample_us);
+    }
 
     fn update_rtt(&mut self, sample_us: u64) {
         let sample_us = sample_us.max(1);
