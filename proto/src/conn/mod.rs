@@ -911,6 +911,23 @@ impl Connection {
         self.recv_end().map(StreamRead::Copied)
     }
 
+    /// Stream mode: takes the next page out as [`Connection::recv_page`] does when it is
+    /// whole, and only then (`None` otherwise: nothing is copied). `spare` is given back
+    /// either way. For taking several pages in a row once a first read found one.
+    pub fn recv_whole_page(&mut self, spare: Option<Vec<u8>>) -> Option<(Vec<u8>, usize)> {
+        if self.cfg.mode != Mode::File {
+            return None;
+        }
+        if let Some(p) = spare {
+            self.rbuf.give_page(p);
+        }
+        let (p, len) = self.rbuf.take_page(self.rcv_ack)?;
+        self.stats.bytes_delivered += len as u64;
+        self.stats.bytes_delivered_in_pages += len as u64;
+        self.on_app_read();
+        Some((p, len))
+    }
+
     /// Bytes of a page [`Connection::recv_page`] hands out (set when the connection is
     /// established, by the negotiated packet size).
     pub fn recv_page_len(&self) -> usize {

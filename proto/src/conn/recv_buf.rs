@@ -60,8 +60,11 @@ impl Payload<'_> {
         }
     }
 }
-/// Spare pages kept.
+/// Spare pages kept: at least this many...
 const PAGE_POOL: usize = 4;
+/// ...and as many as this many bytes make: a reader that takes a batch of small pages
+/// (a megabyte of 64 KiB ones) hands them all back.
+const PAGE_POOL_BYTES: usize = 2 << 20;
 
 const EMPTY: RSlot = RSlot {
     present: false,
@@ -356,7 +359,8 @@ impl RecvBuffer {
     /// Gives back a page from [`RecvBuffer::take_page`] for reuse (kept if it is of the
     /// page size and fewer than a few are spare).
     pub fn give_page(&mut self, page: Vec<u8>) {
-        if page.len() == self.page_bytes() && self.spare.len() < PAGE_POOL {
+        let keep = PAGE_POOL.max(PAGE_POOL_BYTES / self.page_bytes().max(1));
+        if page.len() == self.page_bytes() && self.spare.len() < keep {
             self.spare.push(page);
         }
     }
