@@ -10,7 +10,8 @@ use crate::runtime::{self, Shared, State, Wait};
 use slipstream_proto::cc::CcRegistry;
 use slipstream_proto::conn::State as ConnState;
 use slipstream_proto::conn::{
-    CloseReason, ConnConfig, ConnStats, Mode, RecvError, SendError, SharedBytes, StreamRead,
+    CloseReason, ConnConfig, ConnStats, Mode, RecvError, SendError, SendTap, SharedBytes,
+    StreamRead,
 };
 use slipstream_proto::endpoint::{ConnId, EndpointConfig, EndpointStats};
 use std::collections::hash_map::RandomState;
@@ -722,6 +723,41 @@ impl Connection {
     /// Bytes queued and not yet acknowledged by the peer.
     pub fn unacknowledged(&self) -> io::Result<u64> {
         self.with(|c, _| c.send_buffer_len())
+    }
+
+    /// Stream mode: shows `tap` the next `limit` bytes of the stream as they are first sent,
+    /// by the I/O thread just before it sends them (see
+    /// [`slipstream_proto::conn::Connection::set_send_tap`]). Set it before queueing them.
+    pub fn set_send_tap(&self, tap: Box<dyn SendTap>, limit: u64) -> io::Result<()> {
+        self.with(|c, _| c.set_send_tap(tap, limit))
+    }
+
+    /// Waits until the send tap has seen `n` bytes. Fails with `TimedOut` when it sees none
+    /// for `idle`, or with the connection's end reason if it ends first.
+    pub fn wait_tapped(&self, n: u64, idle: Duration) -> io::Result<()> {
+        let mut g = self.shared.lock();
+        let mut last = 0;
+        let mut progress_at = Instant::now();
+        loop {
+            let c = g.ep.conn(self.id).ok_or_else(gone)?;
+            let seen = c.send_tapped();
+            if seen >= n {
+                return Ok(());
+            }
+            if let ConnState::Closed(r) = c.state() {
+                return Err(close_error(r));
+            }
+            let now = Instant::now();
+            if seen > last {
+                (last, progress_at) = (seen, now);
+            } else if now.duration_since(progress_at) >= idle {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("nothing sent for {idle:?}; {seen} of {n} bytes sent"),
+                ));
+            }
+            g = self.wait(g, WAIT_SLICE)?;
+        }
     }
 
     /// Waits until everything queued has been acknowledged. Fails with `TimedOut` when no

@@ -30,6 +30,6 @@ pub mod transfer;
 pub use api::{Connection, Endpoint, EndpointOptions};
 pub use slipstream_proto as proto;
 pub use slipstream_proto::conn::{
-    CloseReason, ConnConfig, ConnStats, Mode, SharedBytes, StreamRead,
+    CloseReason, ConnConfig, ConnStats, Mode, SendTap, SharedBytes, StreamRead,
 };
 pub use slipstream_proto::endpoint::EndpointStats;

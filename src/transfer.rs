@@ -27,7 +27,7 @@ use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 #[cfg(target_os = "linux")]
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// First bytes of the digest trailer.
@@ -124,6 +124,21 @@ pub struct SendReport {
     pub mapped: bool,
 }
 
+/// Feeds the bytes a connection shows its send tap to a shared digest.
+#[cfg(target_os = "linux")]
+#[derive(Debug)]
+struct DigestTap(Arc<Mutex<Hasher>>);
+
+#[cfg(target_os = "linux")]
+impl crate::SendTap for DigestTap {
+    fn sent(&mut self, bytes: &[u8]) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .update(bytes);
+    }
+}
+
 /// Builds the trailer for `len` bytes hashing to `hash`.
 pub fn trailer(len: u64, hash: &Digest) -> [u8; TRAILER_LEN] {
     let mut t = [0u8; TRAILER_LEN];
@@ -180,12 +195,14 @@ pub fn send_stream<R: Read>(
 }
 
 /// Sends a mapped file's bytes from the page cache where they lie (no copy of our own: the
-/// digest reads them there, and the connection sends from there and holds the mapping until
-/// they are acknowledged), then the trailer, then closes as [`send_stream`] does. The file
-/// is sent as long as it was when mapped; fails, aborting the connection, if it changed size
-/// before the trailer went (so that the receiver fails the transfer too: no trailer), or
-/// shrank before everything was acknowledged. See [`MappedFile`] for what a truncation
-/// while mapped does.
+/// connection sends from there and holds the mapping until they are acknowledged), then the
+/// trailer, then closes as [`send_stream`] does. The digest is taken by a send tap
+/// ([`Connection::set_send_tap`]): the I/O thread hashes each packet's payload just before
+/// the kernel copies it, so that the file's bytes cross the memory bus once, not once for
+/// the digest and again, long after, for the copy. The file is sent as long as it was when
+/// mapped; fails, aborting the connection, if it changed size before the trailer went (so
+/// that the receiver fails the transfer too: no trailer), or shrank before everything was
+/// acknowledged. See [`MappedFile`] for what a truncation while mapped does.
 #[cfg(target_os = "linux")]
 pub fn send_mapped(
     conn: &Connection,
@@ -196,16 +213,19 @@ pub fn send_mapped(
     let shared: SharedBytes = map.clone();
     let bytes = (*map).as_ref();
     let step = conn.chunk_len()?.max(1);
-    let mut hasher = Hasher::new();
+    let hasher = Arc::new(Mutex::new(Hasher::new()));
+    conn.set_send_tap(Box::new(DigestTap(hasher.clone())), bytes.len() as u64)?;
     let mut off = 0;
     while off < bytes.len() {
         let end = bytes.len().min(off + step);
         map.populate(off..end)?;
-        hasher.update(&bytes[off..end]);
         conn.send_shared(&shared, off..end)?;
         off = end;
         progress(off as u64);
     }
+    // Every byte hashed (sent once): the digest is complete.
+    conn.wait_tapped(bytes.len() as u64, ACK_IDLE)?;
+    let hash = hasher.lock().unwrap_or_else(|e| e.into_inner()).finalize();
     // Before the trailer, any change of size fails the transfer (what was sent is no longer
     // the file). After it, only shrinking matters: until everything is acknowledged the
     // mapping is read for retransmissions, and lost pages would make those sends fail, the
@@ -222,7 +242,7 @@ pub fn send_mapped(
         r => r.map(drop),
     };
     same_size(false)?;
-    let report = finish_send(conn, bytes.len() as u64, hasher.finalize(), same_size)?;
+    let report = finish_send(conn, bytes.len() as u64, hash, same_size)?;
     Ok(SendReport {
         mapped: true,
         ..report

@@ -924,3 +924,43 @@ fn queueing_delay_does_not_grow_the_receive_buffer() {
     );
     assert!(secs < 2.5, "{:.2} Gbit/s", 1.6 / secs);
 }
+
+/// A send tap sees the stream's bytes once each, in order, as they are first sent:
+/// retransmissions across a lossy path are not shown again, and bytes past its limit not
+/// at all.
+#[test]
+fn a_send_tap_sees_each_byte_once_in_order() {
+    use slipstream_proto::conn::SendTap;
+    use std::sync::{Arc, Mutex};
+    #[derive(Debug)]
+    struct Collect(Arc<Mutex<Vec<u8>>>);
+    impl SendTap for Collect {
+        fn sent(&mut self, bytes: &[u8]) {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+        }
+    }
+    let s = seed(39);
+    let _g = SeedGuard(s);
+    // A bottleneck, so that retransmissions go out between first transmissions.
+    let mut p = Pair::new(s, path(5, 0.05, Some(20_000_000)), path(5, 0.05, None));
+    let (ca, cb) = connect(&mut p, file_cfg());
+    let data = content(2_000_000, s);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let limit = data.len() - 1000;
+    p.a.conn(ca)
+        .expect("sender")
+        .set_send_tap(Box::new(Collect(seen.clone())), limit as u64);
+    let mut last = None;
+    let got = stream_with(&mut p, ca, cb, &data, Duration::from_secs(60), |p| {
+        if let Some(c) = p.a.conn(ca) {
+            last = Some((c.stats(p.now).pkts_retransmitted, c.send_tapped()));
+        }
+    });
+    assert!(got == data, "content differs");
+    let (retransmitted, tapped) = last.expect("the sender ran");
+    assert!(retransmitted > 0, "no loss to recover");
+    assert_eq!(tapped, limit as u64);
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), limit, "the tap saw {} bytes", seen.len());
+    assert!(seen[..] == data[..limit], "the tap saw other bytes");
+}

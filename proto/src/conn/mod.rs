@@ -119,6 +119,15 @@ pub enum RecvError {
     Closed(CloseReason),
 }
 
+/// Sees a stream's bytes as the connection first sends them: each byte once, in order, just
+/// before its packet goes out (retransmissions are not shown again). See
+/// [`Connection::set_send_tap`]: a file sender computes its end-to-end digest here, over
+/// bytes the datagram copy is about to read anyway, so that they cross the memory bus once.
+pub trait SendTap: Send + std::fmt::Debug {
+    /// The stream's next bytes.
+    fn sent(&mut self, bytes: &[u8]);
+}
+
 /// What a paged stream read ([`Connection::recv_page`]) gave.
 #[derive(Debug, PartialEq, Eq)]
 pub enum StreamRead {
@@ -245,6 +254,10 @@ pub struct Connection {
     linger_deadline: Option<u64>,
     peer_shutdown: bool,
 
+    /// The send tap and the bytes it may still see; bytes it has seen.
+    send_tap: Option<(Box<dyn SendTap>, u64)>,
+    tapped: u64,
+
     pending: Pending,
     stats: ConnStats,
 }
@@ -369,6 +382,8 @@ impl Connection {
             last_timer_us: 0,
             linger_deadline: None,
             peer_shutdown: false,
+            send_tap: None,
+            tapped: 0,
             pending: Pending::default(),
             stats: ConnStats::default(),
             cfg,
@@ -791,6 +806,19 @@ impl Connection {
         }
         self.input_rate.add(now_us, len);
         Ok(())
+    }
+
+    /// Stream mode: shows `tap` the next `limit` bytes of the stream as they are first sent
+    /// (those queued from now on, if nothing is queued and unsent yet), and counts them
+    /// ([`Connection::send_tapped`]). Replaces a tap set before.
+    pub fn set_send_tap(&mut self, tap: Box<dyn SendTap>, limit: u64) {
+        self.send_tap = Some((tap, limit));
+        self.tapped = 0;
+    }
+
+    /// Bytes the send tap has seen (see [`Connection::set_send_tap`]).
+    pub fn send_tapped(&self) -> u64 {
+        self.tapped
     }
 
     /// A chunk handed over by [`Connection::send_chunk`] whose packets were all

@@ -207,6 +207,18 @@ impl Connection {
         if !gather {
             rest.copy_from_slice(payload);
         }
+        if !rexmit {
+            if let Some((tap, left)) = self.send_tap.as_mut() {
+                let n = payload
+                    .len()
+                    .min(usize::try_from(*left).unwrap_or(usize::MAX));
+                if n > 0 {
+                    tap.sent(&payload[..n]);
+                    *left -= n as u64;
+                    self.tapped += n as u64;
+                }
+            }
+        }
         let bytes = payload.len();
         if self.sbuf.in_flight() == 0 {
             // The retransmission timer runs from the moment something is outstanding.
