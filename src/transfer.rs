@@ -39,6 +39,10 @@ pub const TRAILER_LEN: usize = 32;
 /// core's cache between the copy that fills it and the hash that reads it.
 const READ_PIECE: usize = 128 << 10;
 
+/// Bytes hashed at a time by [`Hasher::update`], and how far ahead of them it prefetches.
+const HASH_PIECE: usize = 4 << 10;
+const HASH_AHEAD: usize = 4 << 10;
+
 /// An XXH3-128 digest, big-endian (the byte order `xxhsum -H2` prints).
 pub type Digest = [u8; 16];
 
@@ -57,9 +61,20 @@ impl Hasher {
     pub fn new() -> Self {
         Self::default()
     }
-    /// Feeds `data`.
+    /// Feeds `data`, 4 KiB at a time with the next 4 KiB prefetched: the bytes come from
+    /// memory more often than not (a file's page cache, a receive buffer the kernel wrote a
+    /// while ago), and the hash alone does not keep enough reads in flight. 1 GiB of a
+    /// mapped file in /dev/shm hashed in 0.094 s this way against 0.121 fed in 1 MiB
+    /// pieces; from cache, 26.7 GB/s against 32.3 (smaller pieces cost more calls: 1 KiB
+    /// with 2 KiB ahead read 0.092 s and 21.2 GB/s).
     pub fn update(&mut self, data: &[u8]) {
-        self.0.write(data);
+        let mut off = 0;
+        while off < data.len() {
+            let end = data.len().min(off + HASH_PIECE);
+            crate::sys::cache::prefetch(&data[end..data.len().min(end + HASH_AHEAD)]);
+            self.0.write(&data[off..end]);
+            off = end;
+        }
     }
     /// The digest of everything fed.
     pub fn finalize(&self) -> Digest {

@@ -6,6 +6,7 @@
 //! in a `// SAFETY:` comment. Everything above it sees safe types.
 #![allow(unsafe_code)]
 
+pub mod cache;
 #[cfg(target_os = "linux")]
 pub mod hugepage;
 #[cfg(target_os = "linux")]
