@@ -314,11 +314,11 @@ fn finish_send(
 /// front of `buf` (held back by earlier reads): all but what could be the trailer (the last
 /// [`TRAILER_LEN`] bytes of held bytes and pages together, when `digest`), which is left at
 /// the front of `buf` instead (a page may be shorter than a trailer, so it can come from
-/// several). Feeds what it writes to `hasher`. Returns the bytes written and the bytes now
-/// held.
+/// several). Feeds what it writes to `hasher`, if any. Returns the bytes written and the
+/// bytes now held.
 fn write_batch<W: Write>(
     dst: &mut W,
-    hasher: &mut Hasher,
+    hasher: Option<&mut Hasher>,
     buf: &mut [u8],
     held: usize,
     pages: &[(Vec<u8>, usize)],
@@ -342,10 +342,10 @@ fn write_batch<W: Write>(
 }
 
 /// Writes the first `w` bytes of `held` followed by the pages, in as few calls as `dst`
-/// takes them (one for a batch, as a rule), and feeds them to `hasher` as it goes.
+/// takes them (one for a batch, as a rule), and feeds them to `hasher`, if any, as it goes.
 fn write_pieces<W: Write>(
     dst: &mut W,
-    hasher: &mut Hasher,
+    mut hasher: Option<&mut Hasher>,
     held: &[u8],
     pages: &[(Vec<u8>, usize)],
     mut w: usize,
@@ -354,7 +354,9 @@ fn write_pieces<W: Write>(
     for piece in std::iter::once(held).chain(pages.iter().map(|p| &p.0[..p.1])) {
         let n = w.min(piece.len());
         if n > 0 {
-            hasher.update(&piece[..n]);
+            if let Some(h) = hasher.as_deref_mut() {
+                h.update(&piece[..n]);
+            }
             parts.push(io::IoSlice::new(&piece[..n]));
         }
         w -= n;
@@ -419,7 +421,8 @@ pub fn recv_stream<W: Write>(
     let mut buf = vec![0u8; CHUNK + TRAILER_LEN];
     let mut held = 0usize;
     let mut written = 0u64;
-    let mut hasher = Hasher::new();
+    // Without the peer's trailer there is nothing to check a digest against.
+    let mut hasher = digest.then(Hasher::new);
     // Pages taken out of the receive buffer (no copy), written out together and given back
     // with the next reads.
     let max_pages = (WRITE_BATCH / conn.recv_page_len()?.max(1)).max(1);
@@ -429,7 +432,8 @@ pub fn recv_stream<W: Write>(
         let n = match conn.recv_pages(&mut buf[held..], &mut spares, &mut pages, max_pages) {
             Ok(0) if pages.is_empty() => break Ok(()),
             Ok(0) => {
-                let (w, keep) = write_batch(&mut dst, &mut hasher, &mut buf, held, &pages, digest)?;
+                let (w, keep) =
+                    write_batch(&mut dst, hasher.as_mut(), &mut buf, held, &pages, digest)?;
                 written += w;
                 held = keep;
                 spares.extend(pages.drain(..).map(|p| p.0));
@@ -445,7 +449,9 @@ pub fn recv_stream<W: Write>(
         let w = held - keep;
         if w > 0 {
             dst.write_all(&buf[..w])?;
-            hasher.update(&buf[..w]);
+            if let Some(h) = hasher.as_mut() {
+                h.update(&buf[..w]);
+            }
             written += w as u64;
             buf.copy_within(w..held, 0);
             held = keep;
@@ -453,7 +459,7 @@ pub fn recv_stream<W: Write>(
         }
     };
     dst.flush()?;
-    if !digest {
+    let Some(hasher) = hasher else {
         return match end {
             Ok(()) => Ok(Verdict::Unverified { bytes: written }),
             Err(e) => Err(io::Error::new(
@@ -461,7 +467,7 @@ pub fn recv_stream<W: Write>(
                 format!("transfer incomplete after {written} bytes: {e}"),
             )),
         };
-    }
+    };
     let hash = hasher.finalize();
     match (check_trailer(&buf[..held], written, &hash), end) {
         // A valid trailer proves completeness even if the shutdown itself was lost.
@@ -586,7 +592,8 @@ mod tests {
                 let (mut buf, mut held, mut written) = (vec![0u8; 64], 0, 0);
                 for batch in pages.chunks(3) {
                     let (w, keep) =
-                        write_batch(&mut out, &mut hasher, &mut buf, held, batch, digest).unwrap();
+                        write_batch(&mut out, Some(&mut hasher), &mut buf, held, batch, digest)
+                            .unwrap();
                     written += w;
                     held = keep;
                 }
