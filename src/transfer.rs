@@ -11,8 +11,8 @@
 //! bytes, corruption that slips past UDP's 16-bit checksum), not against an attacker: it is
 //! unkeyed and travels in the same stream, so whoever can rewrite the data can rewrite it too,
 //! and a cryptographic hash would buy nothing. XXH3-128 (the digest rsync uses by default) makes
-//! an undetected accident a 2^-128 event and costs under a tenth of what BLAKE3 costs per byte
-//! (about 50 GB/s against 6.5 on this machine's AVX-512 core, `cargo test --release --lib
+//! an undetected accident a 2^-128 event and costs a quarter of what BLAKE3 costs per byte
+//! from cache (about 25 GB/s against 6 on this machine's cores, `cargo test --release --lib
 //! digest_speed -- --ignored --nocapture`), which matters when the whole transfer is
 //! CPU-bound. `xxhsum -H2 FILE` (package xxhash) prints the same digest.
 //!
@@ -63,10 +63,10 @@ impl Hasher {
     }
     /// Feeds `data`, 4 KiB at a time with the next 4 KiB prefetched: the bytes come from
     /// memory more often than not (a file's page cache, a receive buffer the kernel wrote a
-    /// while ago), and the hash alone does not keep enough reads in flight. 1 GiB of a
-    /// mapped file in /dev/shm hashed in 0.094 s this way against 0.121 fed in 1 MiB
-    /// pieces; from cache, 26.7 GB/s against 32.3 (smaller pieces cost more calls: 1 KiB
-    /// with 2 KiB ahead read 0.092 s and 21.2 GB/s).
+    /// while ago), and the hash alone does not keep enough reads in flight. A 1 GiB file
+    /// mapped from /dev/shm hashed at 11.7 GB/s this way against 7.3-8.8 fed in 1 MiB
+    /// pieces; from cache, 25-27 GB/s against 32 (`digest_speed` below; smaller pieces cost
+    /// more calls: 1 KiB with 2 KiB ahead, 21 GB/s from cache, no faster from memory).
     pub fn update(&mut self, data: &[u8]) {
         let mut off = 0;
         while off < data.len() {
@@ -537,7 +537,8 @@ mod tests {
     }
 
     /// Prints both digests' speed over 1 MiB pieces in cache (the figures in this module's
-    /// documentation): `cargo test --release --lib digest_speed -- --ignored --nocapture`.
+    /// documentation): `cargo test --release --lib digest_speed -- --ignored --nocapture`;
+    /// with `SLIPSTREAM_DIGEST_FILE=/dev/shm/in1g.bin` also from memory (see `Hasher::update`).
     #[test]
     #[ignore = "a measurement; prints, asserts nothing"]
     fn digest_speed() {
@@ -560,6 +561,35 @@ mod tests {
         }
         std::hint::black_box(h.finalize());
         eprintln!("BLAKE3: {:.1} GB/s", gbps(t));
+        // From memory rather than cache: a file named by SLIPSTREAM_DIGEST_FILE (say 1 GiB in
+        // /dev/shm), mapped, hashed as `Hasher` does and fed whole in 1 MiB pieces.
+        #[cfg(target_os = "linux")]
+        if let Some(path) = std::env::var_os("SLIPSTREAM_DIGEST_FILE") {
+            crate::exit_on_sigbus_in_mappings().unwrap();
+            let f = File::open(path).expect("SLIPSTREAM_DIGEST_FILE");
+            let map = crate::MappedFile::open(&f)
+                .unwrap()
+                .expect("a regular file");
+            let bytes = map.as_ref();
+            map.populate(0..bytes.len()).unwrap();
+            let gbps = |t: std::time::Instant| bytes.len() as f64 / t.elapsed().as_secs_f64() / 1e9;
+            for _ in 0..2 {
+                let t = std::time::Instant::now();
+                let mut h = twox_hash::XxHash3_128::new();
+                for c in bytes.chunks(1 << 20) {
+                    h.write(c);
+                }
+                std::hint::black_box(h.finish_128());
+                eprintln!("XXH3-128 from memory, 1 MiB pieces: {:.1} GB/s", gbps(t));
+                let t = std::time::Instant::now();
+                let mut h = Hasher::new();
+                for c in bytes.chunks(1 << 20) {
+                    h.update(c);
+                }
+                std::hint::black_box(h.finalize());
+                eprintln!("XXH3-128 from memory, prefetched: {:.1} GB/s", gbps(t));
+            }
+        }
     }
 
     /// A batch of pages, after bytes held back, is written but for the last trailer's worth,

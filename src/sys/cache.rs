@@ -1,8 +1,9 @@
 //! Software prefetch: asking the CPU for memory before the code that reads it gets there.
 //!
-//! Hashing a file's bytes from memory (not cache) ran at 8.9 GB/s on this machine's cores;
-//! with the next 4 KiB prefetched while each 4 KiB is hashed, 11.4 GB/s (see
-//! [`crate::transfer::Hasher`]). Plain loads ahead do not do it: they stall like the hash's own.
+//! Hashing a file's bytes from memory (not cache) ran at 7.3-8.8 GB/s on this machine's
+//! cores; with the next 4 KiB prefetched while each 4 KiB is hashed, 11.7 GB/s (see
+//! [`crate::transfer::Hasher`]). Plain loads ahead did not do it: they stall like the hash's
+//! own.
 
 /// Asks for the cache lines of `bytes` to be brought into cache. A hint: it never faults and
 /// changes nothing the program can observe but time. A no-op where there is no such
