@@ -320,12 +320,7 @@ fn stream_with_open(p: &mut Pair, ca: ConnId, cb: ConnId, data: &[u8]) -> usize 
     let ok = p.run_until(Duration::from_secs(30), |p| {
         let now = p.now;
         let c = p.a.conn(ca).expect("sender");
-        while sent < data.len() {
-            match c.send(now, &data[sent..]) {
-                Ok(n) => sent += n,
-                Err(_) => break,
-            }
-        }
+        offer(c, now, data, &mut sent);
         let acked = c.stats(now).pkts_in_flight == 0 && c.send_buffer_len() == 0;
         while let Ok(n) = p.b.conn(cb).expect("receiver").recv(&mut buf) {
             if n == 0 {
@@ -737,12 +732,7 @@ fn a_receiver_that_does_not_read_is_never_overrun() {
     let done = p.run_until(Duration::from_secs(30), |p| {
         let now = p.now;
         let c = p.a.conn(ca).expect("sender");
-        while sent < data.len() {
-            match c.send(now, &data[sent..]) {
-                Ok(n) => sent += n,
-                Err(_) => break,
-            }
-        }
+        offer(c, now, &data, &mut sent);
         let c = p.b.conn(cb).expect("receiver");
         assert_eq!(
             c.stats(now).pkts_rcv_dropped,
@@ -787,12 +777,7 @@ fn owned_payloads_cross_a_lossy_path_byte_exact() {
     let ok = p.run_until(Duration::from_secs(60), |p| {
         let now = p.now;
         if let Some(c) = p.a.conn(ca) {
-            while sent < data.len() {
-                match c.send(now, &data[sent..]) {
-                    Ok(n) => sent += n,
-                    Err(_) => break,
-                }
-            }
+            offer(c, now, &data, &mut sent);
             if sent == data.len() && !closed {
                 c.close(now);
                 closed = true;
@@ -861,12 +846,7 @@ fn reads_that_reopen_the_window_are_announced_at_once() {
     let done = p.run_until(Duration::from_secs(10), |p| {
         let now = p.now;
         let c = p.a.conn(ca).expect("sender");
-        while sent < data.len() {
-            match c.send(now, &data[sent..]) {
-                Ok(n) => sent += n,
-                Err(_) => break,
-            }
-        }
+        offer(c, now, &data, &mut sent);
         // The application reads at READ_BPS at most, a packet's worth at a time.
         let allowed = ((now - start).as_secs_f64() * READ_BPS) as usize;
         let c = p.b.conn(cb).expect("receiver");

@@ -167,6 +167,16 @@ pub fn stream_by(
     got
 }
 
+/// Queues as much of the rest of `data` (from `*sent` on) as the connection takes now.
+pub fn offer(c: &mut Connection, now: Instant, data: &[u8], sent: &mut usize) {
+    while *sent < data.len() {
+        match c.send(now, &data[*sent..]) {
+            Ok(n) => *sent += n,
+            Err(_) => break,
+        }
+    }
+}
+
 /// File-mode config.
 pub fn file_cfg() -> ConnConfig {
     ConnConfig::new(Mode::File)
