@@ -234,6 +234,11 @@ pub struct Connection {
     srtt_us: u64,
     rttvar_us: u64,
     rtt_sampled: bool,
+    /// The peer's own estimate as its last full ACK reported it, `srtt + 4 rttvar`, µs (0
+    /// before one): how long a loss it reports again may still be answered by a
+    /// retransmission on its way. [`Self::srtt_us`] smooths the peer's already smoothed
+    /// figure a second time and trails it by a dozen ACKs when a queue builds.
+    peer_rtt_bound_us: u64,
     /// The least of this end's own round-trip samples (handshake, ACK to ACKACK) over the
     /// last [`MIN_RTT_WINDOW_US`], and when it was taken: the path's round trip without the
     /// queues along it, which sizes the receive buffer.
@@ -370,6 +375,7 @@ impl Connection {
             srtt_us: INITIAL_RTT_US,
             rttvar_us: 50_000,
             rtt_sampled: false,
+            peer_rtt_bound_us: 0,
             min_rtt: None,
             next_ack_tick: SYN_INTERVAL_US,
             next_nak_tick: 0,
