@@ -42,22 +42,12 @@ if rx is None:
     print(f"{name} FAILED (the receiver wrote no statistics: it failed)")
 else:
     c = rx["connection"]
-    print(f"{name} {rx['gbit_per_s']:.2f} Gbit/s recv {sum(r):.2f} send {sum(t):.2f} "
-          f"total {sum(r) + sum(t):.2f} CPU s, receive buffer {c['rcv_buf_cap_pkts']} packets, "
-          f"{c['acks_sent']} full ACKs, {'verified' if rx.get('verified') else 'UNVERIFIED'}")
+    print(f"{name} gbit_per_s={rx['gbit_per_s']:.2f} recv_cpu_s={sum(r):.2f} "
+          f"send_cpu_s={sum(t):.2f} cpu_s={sum(r) + sum(t):.2f} "
+          f"rcv_buf_pkts={c['rcv_buf_cap_pkts']} full_acks={c['acks_sent']} "
+          f"{'verified' if rx.get('verified') else 'UNVERIFIED'}")
 EOF
     done
 done | tee "$dir/runs.txt"
 echo "medians:"
-python3 - "$dir/runs.txt" <<'EOF'
-import statistics, sys
-rows = {}
-for line in open(sys.argv[1]):
-    p = line.split()
-    if len(p) > 8 and p[2] == "Gbit/s":
-        rows.setdefault(p[0], []).append((float(p[1]), float(p[4]), float(p[6]), float(p[8])))
-for name, r in rows.items():
-    m = [statistics.median(c) for c in zip(*r)]
-    print(f"{name}: {m[0]:.2f} Gbit/s ({', '.join(f'{x[0]:.2f}' for x in r)}); CPU s a GiB: "
-          f"receiver {m[1]:.2f}, sender {m[2]:.2f}, both {m[3]:.2f}")
-EOF
+python3 "$(dirname "$0")/medians.py" "$dir/runs.txt"

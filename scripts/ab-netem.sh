@@ -48,22 +48,11 @@ rx, tx = json.load(open(f"{d}/rx.json")), json.load(open(f"{d}/tx.json"))
 ab = next(l.split() for l in open(f"{d}/netem.txt") if l.startswith("a->b"))
 dropped = int(ab[4]) + int(ab[5])
 t, r = tx["connection"], rx["connection"]
-print(f"{label} sent {t['pkts_sent']} retransmitted {t['pkts_retransmitted']} dropped {dropped} "
-      f"twice {r['pkts_recv_dup']} goodput {rx['gbit_per_s']:.3f} Gbit/s "
+print(f"{label} sent={t['pkts_sent']} retransmitted={t['pkts_retransmitted']} dropped={dropped} "
+      f"received_twice={r['pkts_recv_dup']} gbit_per_s={rx['gbit_per_s']:.3f} "
       f"{'verified' if rx.get('verified') else 'UNVERIFIED'}")
 EOF
     done
 done | tee "$dir/runs.txt"
 echo "medians:"
-python3 - "$dir/runs.txt" <<'EOF'
-import statistics, sys
-rows = {}
-for line in open(sys.argv[1]):
-    p = line.split()
-    if len(p) > 11 and p[1] == "sent":
-        rows.setdefault(p[0], []).append((int(p[4]), int(p[6]), int(p[8]), float(p[10])))
-for label, r in rows.items():
-    m = [statistics.median(c) for c in zip(*r)]
-    print(f"{label}: retransmitted {m[0]:.0f}, dropped {m[1]:.0f}, received twice {m[2]:.0f}, "
-          f"{m[3]:.3f} Gbit/s ({len(r)} runs)")
-EOF
+python3 "$(dirname "$0")/medians.py" "$dir/runs.txt"
