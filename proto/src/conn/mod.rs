@@ -60,6 +60,8 @@ pub(super) const LIGHT_ACK_PKTS: u32 = 64;
 /// The RTT assumed until the first sample (SRT's default too, so a peer that has no sample
 /// yet reports exactly this in its ACKs).
 pub(crate) const INITIAL_RTT_US: u64 = 100_000;
+/// ... and its variance (libsrt's too).
+pub(crate) const INITIAL_RTTVAR_US: u64 = 50_000;
 /// Keep-alive after this much silence from our side.
 const KEEPALIVE_US: u64 = 1_000_000;
 /// Handshake retransmission interval.
@@ -373,7 +375,7 @@ impl Connection {
             last_ts_unwrapped: 0,
             // libsrt's initial estimates before the first sample.
             srtt_us: INITIAL_RTT_US,
-            rttvar_us: 50_000,
+            rttvar_us: INITIAL_RTTVAR_US,
             rtt_sampled: false,
             peer_rtt_bound_us: 0,
             min_rtt: None,

@@ -286,8 +286,12 @@ impl Connection {
             let placeholder = !self.rtt_sampled && u64::from(info.rtt_us) == super::INITIAL_RTT_US;
             if info.rtt_us > 0 && !placeholder {
                 self.update_rtt(u64::from(info.rtt_us));
-                self.peer_rtt_bound_us =
-                    u64::from(info.rtt_us).saturating_add(4 * u64::from(info.rtt_var_us));
+            }
+            // The peer's bound once it has measured (its initial 100 + 4 x 50 ms would hold
+            // a twice-lost packet for 300 ms on a 10 ms path).
+            let (rtt, var) = (u64::from(info.rtt_us), u64::from(info.rtt_var_us));
+            if rtt > 0 && (rtt, var) != (super::INITIAL_RTT_US, super::INITIAL_RTTVAR_US) {
+                self.peer_rtt_bound_us = rtt.saturating_add(4 * var);
             }
             self.peer_window = info.avail_buf_pkts;
             // Far fewer than half the sequence space, so that the edge compares correctly.
