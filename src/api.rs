@@ -26,8 +26,9 @@ use std::time::{Duration, Instant};
 /// Longest single wait on the condition variable before re-checking (a safety net: the I/O
 /// thread notifies on every change).
 const WAIT_SLICE: Duration = Duration::from_millis(100);
-/// Live-mode reads re-check at least this often: delivery times pass without a packet.
-const LIVE_SLICE: Duration = Duration::from_millis(2);
+/// Shortest wait of a live-mode read for a message not yet due (the condition variable's
+/// timeouts are not much finer).
+const LIVE_MIN_WAIT: Duration = Duration::from_micros(200);
 
 /// Settings of an [`Endpoint`].
 #[derive(Debug, Clone)]
@@ -537,8 +538,9 @@ impl Connection {
         }
     }
 
-    /// Message or live mode: queues one whole message, waiting for room (live mode never
-    /// waits: the oldest data gives way).
+    /// Message or live mode: queues one whole message, waiting for room. In live mode data
+    /// too late to play is dropped first (and counted), so a full buffer means the source
+    /// outruns the link: it is held back here, as libsrt's blocking send does.
     pub fn send_message(&self, msg: &[u8]) -> io::Result<()> {
         let mut g = self.shared.lock();
         loop {
@@ -666,11 +668,6 @@ impl Connection {
     }
 
     fn recv_message_until(&self, buf: &mut [u8], deadline: Option<Instant>) -> io::Result<usize> {
-        let slice = if self.mode == Mode::Live {
-            LIVE_SLICE
-        } else {
-            WAIT_SLICE
-        };
         let mut g = self.shared.lock();
         // When the end was first reported while live data was still waiting for its play
         // time (see below), and how long that data may take.
@@ -697,6 +694,15 @@ impl Connection {
                     }
                 }
                 r => r,
+            };
+            // Live mode: sleep until the next message plays (arrivals and the engine's
+            // timers wake the reader sooner), not in short slices: an idle reader costs
+            // nothing.
+            let slice = match c.next_delivery() {
+                Some(t) => t
+                    .saturating_duration_since(now)
+                    .clamp(LIVE_MIN_WAIT, WAIT_SLICE),
+                None => WAIT_SLICE,
             };
             match r {
                 Ok(n) => return Ok(n),

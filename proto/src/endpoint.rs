@@ -606,15 +606,24 @@ impl Endpoint {
         let mut cfg = lcfg;
         // Without an explicit limit, accept the caller's MSS: it comes from its kernel's path
         // MTU toward us (libsrt callers propose 1500).
-        let limit = if cfg.mss_explicit { cfg.mss } else { 65_535 };
+        // Live mode keeps its own (1500 unless set): live peers expect at most 1456-byte
+        // payloads, and live buffers count packets of that size.
+        let limit = if cfg.mss_explicit || cfg.mode() == Mode::Live {
+            cfg.mss
+        } else {
+            65_535
+        };
         let mss = limit.min(hs.mss).max(76);
         cfg.mss = mss;
+        // Each direction plays out at the larger of its receiver's latency and what its sender
+        // asks of it (HSREQ: the caller's receiving latency, then what it asks of us).
         let mut latency_us = cfg.latency.as_micros() as u64;
+        let mut snd_latency_us = cfg.peer_latency().as_micros() as u64;
         if cfg.mode() == Mode::Live {
-            let peer = u64::from(req.recv_tsbpd_delay_ms.max(req.send_tsbpd_delay_ms)) * 1000;
-            latency_us = latency_us.max(peer);
+            latency_us = latency_us.max(u64::from(req.send_tsbpd_delay_ms) * 1000);
+            snd_latency_us = snd_latency_us.max(u64::from(req.recv_tsbpd_delay_ms) * 1000);
         }
-        let lat_ms = (latency_us / 1000).min(u64::from(u16::MAX)) as u16;
+        let ms = |us: u64| (us / 1000).min(u64::from(u16::MAX)) as u16;
         let digest = cfg.file_digest
             && hs
                 .ext
@@ -624,8 +633,8 @@ impl Endpoint {
             hsrsp: Some(SrtHs {
                 version: SRT_VERSION,
                 flags: srt_flags(cfg.mode()),
-                recv_tsbpd_delay_ms: lat_ms,
-                send_tsbpd_delay_ms: lat_ms,
+                recv_tsbpd_delay_ms: ms(latency_us),
+                send_tsbpd_delay_ms: ms(snd_latency_us),
             }),
             ..HsExtensions::default()
         };
@@ -662,6 +671,7 @@ impl Endpoint {
             mss,
             peer_window: hs.flow_window,
             latency_us,
+            snd_latency_us,
             peer_stream_id: hs.ext.stream_id.clone(),
             digest_agreed: digest,
             peer_ts: ts,

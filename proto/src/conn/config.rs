@@ -28,6 +28,9 @@ pub struct ConnConfig {
     pub(crate) mss: u32,
     pub(crate) mss_explicit: bool,
     pub(crate) latency: Duration,
+    pub(crate) peer_latency: Option<Duration>,
+    pub(crate) too_late_drop: bool,
+    pub(crate) nak_report: bool,
     pub(crate) stream_id: Option<Vec<u8>>,
     pub(crate) cc: String,
     pub(crate) max_bw_bps: u64,
@@ -49,6 +52,10 @@ impl Default for ConnConfig {
             mss_explicit: false,
             // libsrt's default SRTO_LATENCY (120 ms) for live mode.
             latency: Duration::from_millis(120),
+            peer_latency: None,
+            // libsrt's SRTO_TLPKTDROP and SRTO_NAKREPORT defaults in live mode.
+            too_late_drop: true,
+            nak_report: true,
             stream_id: None,
             cc: String::new(),
             max_bw_bps: 0,
@@ -92,9 +99,12 @@ impl ConnConfig {
         self.mss_explicit = true;
         self
     }
-    /// Sets the MSS from a measured path MTU without marking it explicit.
+    /// Sets the MSS from a measured path MTU without marking it explicit. Live mode keeps its
+    /// 1500: live peers expect packets of at most 1456 payload bytes, and a live message
+    /// takes a packet of its own, so a buffer counted in 64 KiB loopback packets would hold
+    /// a few hundred 1316-byte messages.
     pub fn set_mss_from_path(&mut self, path_mtu: u32) -> &mut Self {
-        if !self.mss_explicit {
+        if !self.mss_explicit && self.mode != Mode::Live {
             self.mss = path_mtu.clamp(576, 65_535);
         }
         self
@@ -107,9 +117,44 @@ impl ConnConfig {
     pub fn mss_is_explicit(&self) -> bool {
         self.mss_explicit
     }
-    /// TSBPD latency for live mode. Default 120 ms; the larger of both ends wins.
+    /// TSBPD latency for live mode, as libsrt's SRTO_LATENCY: the receiving latency this end
+    /// asks for, and unless [`set_peer_latency`](Self::set_peer_latency) says otherwise, the
+    /// one it asks its peer to receive with. Default 120 ms. Each direction plays out at the
+    /// larger of what its receiver asks for and what its sender asks of it.
     pub fn set_latency(&mut self, latency: Duration) -> &mut Self {
         self.latency = latency;
+        self
+    }
+    /// The receiving latency this end asks for (SRTO_RCVLATENCY).
+    pub fn latency(&self) -> Duration {
+        self.latency
+    }
+    /// The latency asked of the peer's receiver (SRTO_PEERLATENCY). Default: as
+    /// [`set_latency`](Self::set_latency).
+    pub fn set_peer_latency(&mut self, latency: Option<Duration>) -> &mut Self {
+        self.peer_latency = latency;
+        self
+    }
+    /// The latency asked of the peer's receiver.
+    pub fn peer_latency(&self) -> Duration {
+        self.peer_latency.unwrap_or(self.latency)
+    }
+    /// Live mode: drop packets too late to play (SRTO_TLPKTDROP). Default on. Off, the
+    /// receiver waits for every missing packet however late (delivery stalls behind it) and
+    /// the sender keeps everything until it is acknowledged.
+    pub fn set_too_late_drop(&mut self, on: bool) -> &mut Self {
+        self.too_late_drop = on;
+        self
+    }
+    /// Whether too-late packet drop is on.
+    pub fn too_late_drop(&self) -> bool {
+        self.too_late_drop
+    }
+    /// Periodic loss reports (SRTO_NAKREPORT): the receiver repeats its loss list every
+    /// NAK interval. Default on. Off, each loss is reported once when it is found, and the
+    /// sender's timeout repairs the rest (never in live mode, where the timeout is off).
+    pub fn set_nak_report(&mut self, on: bool) -> &mut Self {
+        self.nak_report = on;
         self
     }
     /// Stream id sent by a caller (at most 512 bytes). Default none.

@@ -11,7 +11,7 @@ use crate::wire::{
     HS_VERSION_SRT5, HS_VERSION_UDT4,
 };
 use std::net::SocketAddr;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// The SRT version we announce in HSREQ/HSRSP (the protocol level of libsrt 1.5.x).
 pub(crate) const SRT_VERSION: u32 = 0x0001_0500;
@@ -144,6 +144,7 @@ impl Connection {
         c.max_loss_seen = acc.isn.sub(1);
         c.peer_window = acc.peer_window;
         c.latency_us = acc.latency_us;
+        c.snd_latency_us = acc.snd_latency_us;
         c.peer_stream_id = acc.peer_stream_id;
         c.digest_agreed = acc.digest_agreed;
         c.tsbpd_offset_us = -(i64::from(acc.peer_ts));
@@ -172,12 +173,12 @@ impl Connection {
         let mut ext = HsExtensions::default();
         let mut ext_field = UDT_DGRAM;
         if !induction {
-            let lat = (self.latency_us / 1000).min(u64::from(u16::MAX)) as u16;
+            // HSREQ: the latency this end receives with, and the one it asks of the peer.
             ext.hsreq = Some(SrtHs {
                 version: SRT_VERSION,
                 flags: srt_flags(self.cfg.mode),
-                recv_tsbpd_delay_ms: lat,
-                send_tsbpd_delay_ms: lat,
+                recv_tsbpd_delay_ms: ms16(self.cfg.latency),
+                send_tsbpd_delay_ms: ms16(self.cfg.peer_latency()),
             });
             ext.stream_id = self.cfg.stream_id.clone();
             if self.cfg.mode != Mode::Live {
@@ -287,9 +288,12 @@ impl Connection {
                 self.max_loss_seen = self.isn.sub(1);
                 self.peer_window = hs.flow_window;
                 if self.cfg.mode == Mode::Live {
-                    let peer =
-                        u64::from(rsp.recv_tsbpd_delay_ms.max(rsp.send_tsbpd_delay_ms)) * 1000;
-                    self.latency_us = self.latency_us.max(peer);
+                    // HSRSP: the listener's receiving latency, then its sending one (ours to
+                    // receive with), each already the larger of what both ends asked.
+                    let rcv = u64::from(rsp.send_tsbpd_delay_ms) * 1000;
+                    let snd = u64::from(rsp.recv_tsbpd_delay_ms) * 1000;
+                    self.latency_us = (self.cfg.latency.as_micros() as u64).max(rcv);
+                    self.snd_latency_us = (self.cfg.peer_latency().as_micros() as u64).max(snd);
                 }
                 self.digest_agreed = self.cfg.file_digest
                     && hs
@@ -310,4 +314,9 @@ impl Connection {
             _ => self.stats.ctrl_ignored += 1,
         }
     }
+}
+
+/// A latency in whole milliseconds, as the handshake's 16-bit fields carry it.
+pub(crate) fn ms16(d: Duration) -> u16 {
+    d.as_millis().min(u128::from(u16::MAX)) as u16
 }

@@ -177,7 +177,10 @@ pub struct Connection {
     // Negotiated.
     mss: u32,
     payload_size: usize,
+    /// Receiving TSBPD latency (live mode): how long after its send time a packet plays.
     latency_us: u64,
+    /// The peer's receiving latency (live mode): what the sender's too-late drop allows.
+    snd_latency_us: u64,
     peer_stream_id: Option<Vec<u8>>,
     digest_agreed: bool,
     hs: handshake::HsState,
@@ -211,6 +214,9 @@ pub struct Connection {
     rcv_ack: SeqNo,
     rcv_max: SeqNo,
     drop_upto: SeqNo,
+    /// The end of the ranges the sender asked to drop (its drop requests): empty slots
+    /// before it are the sender's drops, not losses.
+    snd_drop_upto: SeqNo,
     last_acked_seq: SeqNo,
     last_full_ack_us: u64,
     /// `stats.pkts_recv` when the last full ACK was sent.
@@ -297,6 +303,7 @@ pub(crate) struct Accepted {
     pub mss: u32,
     pub peer_window: u32,
     pub latency_us: u64,
+    pub snd_latency_us: u64,
     pub peer_stream_id: Option<Vec<u8>>,
     pub digest_agreed: bool,
     pub peer_ts: u32,
@@ -330,6 +337,7 @@ impl Connection {
             mss,
             payload_size,
             latency_us: cfg.latency.as_micros() as u64,
+            snd_latency_us: cfg.peer_latency().as_micros() as u64,
             peer_stream_id: None,
             digest_agreed: false,
             hs,
@@ -357,6 +365,7 @@ impl Connection {
             rcv_ack: isn,
             rcv_max: isn,
             drop_upto: isn,
+            snd_drop_upto: isn,
             last_acked_seq: isn,
             last_full_ack_us: 0,
             pkts_recv_at_full_ack: 0,
@@ -417,6 +426,7 @@ impl Connection {
         self.rcv_ack = rcv_isn;
         self.rcv_max = rcv_isn;
         self.drop_upto = rcv_isn;
+        self.snd_drop_upto = rcv_isn;
         self.last_acked_seq = rcv_isn;
         self.last_ackacked_seq = rcv_isn.sub(1);
         self.adv_edge = rcv_isn.add(self.rbuf.cap() as u32);
@@ -504,9 +514,14 @@ impl Connection {
     pub fn digest_agreed(&self) -> bool {
         self.digest_agreed
     }
-    /// Negotiated TSBPD latency.
+    /// Negotiated TSBPD latency of this end's receiving direction.
     pub fn latency(&self) -> Duration {
         Duration::from_micros(self.latency_us)
+    }
+    /// Negotiated TSBPD latency of the peer's receiving direction (what this end's sender
+    /// allows before it drops a packet as too late).
+    pub fn peer_latency(&self) -> Duration {
+        Duration::from_micros(self.snd_latency_us)
     }
     /// Payload bytes per full data packet.
     pub fn payload_size(&self) -> usize {
@@ -533,7 +548,7 @@ impl Connection {
                     t = t.min(d);
                 }
                 t = t.min(self.last_send_us + KEEPALIVE_US);
-                if !self.rcv_loss.is_empty() {
+                if !self.rcv_loss.is_empty() && self.cfg.nak_report {
                     t = t.min(self.next_nak_tick);
                 }
                 if let Some(d) = self.linger_deadline {
@@ -564,7 +579,8 @@ impl Connection {
                 if now_us >= self.next_ack_tick {
                     self.on_ack_tick(now_us);
                 }
-                if !self.rcv_loss.is_empty() && now_us >= self.next_nak_tick {
+                if !self.rcv_loss.is_empty() && self.cfg.nak_report && now_us >= self.next_nak_tick
+                {
                     self.start_nak_sweep(self.rcv_loss.first());
                     self.next_nak_tick = now_us + self.nak_interval_us();
                 }
@@ -842,26 +858,19 @@ impl Connection {
         }
         self.check_send(self.cfg.mode)?;
         let now_us = self.us(now);
+        // Live mode: what is too late to play goes first (libsrt does this at every send),
+        // so that a full buffer holds only data that can still be delivered.
+        self.sender_drop_too_late(now_us);
         match self.sbuf.push_message(msg, now_us) {
             Ok(()) => {
+                self.stats.pkts_queued += msg.len().div_ceil(self.sbuf.slot_size()).max(1) as u64;
                 self.input_rate.add(now_us, msg.len());
                 Ok(())
             }
-            Err(send_buf::PushError::Full) => {
-                // A full buffer in live mode means the link cannot keep up: like libsrt, the
-                // oldest data gives way (too-late drop) rather than blocking a live source.
-                if self.cfg.mode == Mode::Live {
-                    while self.sbuf.free_slots() < msg.len().div_ceil(self.payload_size) {
-                        if !self.sender_drop_oldest() {
-                            break;
-                        }
-                    }
-                    if self.sbuf.push_message(msg, now_us).is_ok() {
-                        return Ok(());
-                    }
-                }
-                Err(SendError::WouldBlock)
-            }
+            // A full buffer waits for room in every mode, as libsrt's blocking send does in
+            // live mode too: data that can still play is never dropped to make room, and a
+            // source that outruns the link is held back (or, non-blocking, told so).
+            Err(send_buf::PushError::Full) => Err(SendError::WouldBlock),
             Err(send_buf::PushError::TooLarge) => Err(SendError::TooLarge),
         }
     }
@@ -1015,6 +1024,16 @@ impl Connection {
             Mode::Message => self.rbuf.head_message(self.rcv_ack).is_some(),
             Mode::Live => self.live_deliverable(self.us(now)),
         }
+    }
+
+    /// Live mode: when the next complete message is due for delivery (already past when it
+    /// waits for the reader); `None` when no complete message is held. A reader can sleep
+    /// until then, or until the connection changes.
+    pub fn next_delivery(&self) -> Option<Instant> {
+        if self.cfg.mode != Mode::Live {
+            return None;
+        }
+        self.live_head_play_us().map(|us| self.at(us))
     }
 
     /// Graceful close: unacknowledged data is still delivered (up to the linger time), then a

@@ -84,7 +84,7 @@ impl Connection {
                 }
             }
             Insert::Duplicate | Insert::Old => self.stats.pkts_recv_dup += 1,
-            Insert::Overflow => self.stats.pkts_rcv_dropped += 1,
+            Insert::Overflow => self.stats.pkts_recv_beyond_window += 1,
         }
         let ctx = self.cc_ctx(now_us);
         self.cc.on_packet_received(&ctx, &mut self.ctl, seq, len);
@@ -194,6 +194,17 @@ impl Connection {
         let rtt = self.min_rtt.map_or(self.srtt_us, |(min, _)| min);
         let bdp = u64::from(pps) * rtt / 1_000_000;
         let cap = self.rbuf.cap();
+        if self.cfg.mode == Mode::Live {
+            // Live data waits here for its play time: the buffer holds the latency's worth at
+            // the arrival rate, plus the round trips its repairs take, and half again for
+            // bursts. (What is unread is expected, not an application holding data back.)
+            let hold_us = self.latency_us + 2 * rtt + SYN_INTERVAL_US;
+            let need = u64::from(pps) * hold_us / 1_000_000;
+            if (cap as u64) < need + need / 2 + 64 {
+                self.rbuf.grow();
+            }
+            return;
+        }
         let unread = self.rcv_ack.diff(self.rbuf.read_seq()).max(0) as usize;
         // The window the sender sees starts at the ACK point: under loss, the packets after
         // a hole span a round trip or more of the path, and when the retransmission is lost
@@ -325,6 +336,9 @@ impl Connection {
         if self.drop_upto.lt(end) {
             self.drop_upto = end;
         }
+        if self.snd_drop_upto.lt(end) {
+            self.snd_drop_upto = end;
+        }
         self.advance_ack();
     }
 
@@ -332,6 +346,14 @@ impl Connection {
 
     fn play_time_us(&self, ts_us: u64) -> u64 {
         (self.tsbpd_offset_us + ts_us as i64).max(0) as u64 + self.latency_us
+    }
+
+    /// Live mode: when the complete message at the head of the buffer plays, µs (`None`
+    /// when there is none: the next arrival or timer changes that).
+    pub(super) fn live_head_play_us(&self) -> Option<u64> {
+        let m = self.rbuf.head()?;
+        self.rbuf.head_message(self.rcv_ack)?;
+        Some(self.play_time_us(m.ts_us))
     }
 
     pub(super) fn live_deliverable(&self, now_us: u64) -> bool {
@@ -362,7 +384,9 @@ impl Connection {
     pub(super) fn live_timers(&mut self, now_us: u64) {
         self.last_timer_us = now_us;
         self.sender_drop_too_late(now_us);
-        self.skip_unfillable(Some(now_us));
+        if self.cfg.too_late_drop {
+            self.skip_unfillable(Some(now_us));
+        }
     }
 
     /// Live mode: gives up holes at the head of the line (a missing packet alone, or inside the
@@ -384,8 +408,7 @@ impl Connection {
             if now_us.is_some_and(|now| self.play_time_us(m.ts_us) > now) {
                 break;
             }
-            let (slots, present) = self.rbuf.drop_before(seq);
-            self.stats.pkts_rcv_dropped += (slots - present) as u64;
+            self.drop_head_before(seq);
             self.rcv_loss.remove_before(seq);
             if self.drop_upto.lt(seq) {
                 self.drop_upto = seq;
@@ -394,15 +417,25 @@ impl Connection {
         }
     }
 
+    /// Passes the read point over everything before `seq`, counting what it gives up: slots
+    /// the sender asked to drop, slots given up missing, and packets received but not
+    /// deliverable (their message incomplete).
+    fn drop_head_before(&mut self, seq: SeqNo) {
+        let (sender, missing, present) = self.rbuf.drop_before_counted(seq, self.snd_drop_upto);
+        self.stats.pkts_rcv_snd_dropped += sender as u64;
+        self.stats.pkts_rcv_dropped += (missing + present) as u64;
+    }
+
     pub(super) fn read_message(&mut self, now_us: u64, buf: &mut [u8]) -> MsgRead {
         loop {
             // Skip slots resolved without data (dropped) and fragments whose start was dropped.
             let head_seq = self.rbuf.read_seq();
             if head_seq.lt(self.rcv_ack) && self.rbuf.head().is_none() {
-                self.rbuf.drop_before(head_seq.next());
+                self.drop_head_before(head_seq.next());
                 continue;
             }
             if head_seq.lt(self.rcv_ack) && self.rbuf.skip_orphan_head() {
+                self.stats.pkts_rcv_dropped += 1;
                 continue;
             }
             break;
@@ -420,6 +453,10 @@ impl Connection {
         {
             return MsgRead::None;
         }
-        self.rbuf.read_message(self.rcv_ack, buf)
+        let r = self.rbuf.read_message(self.rcv_ack, buf);
+        if let MsgRead::Done(_) = r {
+            self.stats.pkts_delivered += self.rbuf.last_read_pkts() as u64;
+        }
+        r
     }
 }

@@ -116,6 +116,8 @@ pub(crate) struct RecvBuffer {
     read_off: usize,
     count: usize,
     bytes: u64,
+    /// Packets the last message read took.
+    last_read_pkts: usize,
     /// Payloads stored by taking the caller's buffer ([`Payload::Owned`]), not copied.
     kept: u64,
 }
@@ -151,6 +153,7 @@ impl RecvBuffer {
             head: 0,
             read_off: 0,
             count: 0,
+            last_read_pkts: 0,
             bytes: 0,
             kept: 0,
         }
@@ -403,6 +406,7 @@ impl RecvBuffer {
             done += len;
         }
         self.advance(pkts);
+        self.last_read_pkts = pkts;
         MsgRead::Done(done)
     }
 
@@ -415,6 +419,27 @@ impl RecvBuffer {
             return true;
         }
         false
+    }
+
+    /// Drops everything before `seq` as [`drop_before`](Self::drop_before) does, and sorts
+    /// what it drops: empty slots before `sender_upto` (the sender dropped them), other
+    /// empty slots, and slots that held packets.
+    pub fn drop_before_counted(&mut self, seq: SeqNo, sender_upto: SeqNo) -> (usize, usize, usize) {
+        let n = (seq.diff(self.read_seq).max(0) as usize).min(self.cap);
+        let by_sender = (sender_upto.diff(self.read_seq).max(0) as usize).min(n);
+        let mut sender = 0;
+        for k in 0..by_sender {
+            if !self.meta[self.idx(k)].present {
+                sender += 1;
+            }
+        }
+        let (slots, present) = self.drop_before(seq);
+        (sender, slots - present - sender, present)
+    }
+
+    /// Packets the last [`read_message`](Self::read_message) delivered.
+    pub fn last_read_pkts(&self) -> usize {
+        self.last_read_pkts
     }
 
     /// Drops everything before `seq` (too late, or the sender dropped it). Returns how many

@@ -323,6 +323,7 @@ impl Connection {
             }
         }
         let (pkts, bytes) = self.sbuf.ack(a.ack_seq);
+        self.stats.pkts_acked += u64::from(pkts);
         if pkts > 0 {
             self.rto_base_us = now_us;
             self.exp_count = 1;
@@ -413,11 +414,13 @@ impl Connection {
     }
 
     /// Live mode, sender: packets older than the latency allows are useless to the receiver.
+    /// The threshold is libsrt's (`sndDropTooLate`): the peer's latency, at least a second,
+    /// plus two SYN intervals, so that a retransmission late by a few ACK periods still goes.
     pub(super) fn sender_drop_too_late(&mut self, now_us: u64) {
-        if self.cfg.mode != Mode::Live {
+        if self.cfg.mode != Mode::Live || !self.cfg.too_late_drop {
             return;
         }
-        let threshold = (self.latency_us * 5 / 4 + 2 * SYN_INTERVAL_US).max(1_000_000);
+        let threshold = self.snd_latency_us.max(1_000_000) + 2 * SYN_INTERVAL_US;
         while let Some(o) = self.sbuf.oldest_origin_us() {
             if now_us.saturating_sub(o) <= threshold || !self.sender_drop_oldest() {
                 break;

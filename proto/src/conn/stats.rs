@@ -19,14 +19,33 @@ pub struct ConnStats {
     pub pkts_snd_loss: u64,
     /// Packets the sender dropped as too late (live mode) or on a drop request.
     pub pkts_snd_dropped: u64,
+    /// Message and live mode: packets the application handed over (a message takes as many
+    /// as its length needs). Each ends acknowledged ([`pkts_acked`](Self::pkts_acked)),
+    /// dropped by the sender ([`pkts_snd_dropped`](Self::pkts_snd_dropped)) or still in the
+    /// send buffer ([`snd_buf_pkts`](Self::snd_buf_pkts)): the three add up to this.
+    pub pkts_queued: u64,
+    /// Data packets the peer acknowledged.
+    pub pkts_acked: u64,
     /// Data packets received, duplicates included.
     pub pkts_recv: u64,
     /// Data packets received for the first time.
     pub pkts_recv_unique: u64,
     /// Packets the receiver detected missing (gaps in sequence).
     pub pkts_rcv_loss: u64,
-    /// Packets the receiver dropped: too late (live), or beyond the window.
+    /// Packets the receiver gave up (live mode, too late to play): missing when their play
+    /// time came, or received but part of a message that was not complete in time. Packets
+    /// the sender dropped are counted apart ([`pkts_rcv_snd_dropped`](Self::pkts_rcv_snd_dropped)).
     pub pkts_rcv_dropped: u64,
+    /// Packets that never arrived because the sender dropped them (its drop requests).
+    pub pkts_rcv_snd_dropped: u64,
+    /// Message and live mode: packets delivered to the application. Every sequence number
+    /// the receiver has passed is delivered, dropped by the receiver or dropped by the
+    /// sender: `pkts_delivered + pkts_rcv_dropped + pkts_rcv_snd_dropped` is the number of
+    /// packets before the read point.
+    pub pkts_delivered: u64,
+    /// Data packets that arrived beyond the receive window and were not stored (the sender
+    /// sends them again); an event count, not a fate.
+    pub pkts_recv_beyond_window: u64,
     /// Duplicate data packets received (retransmissions that were not needed).
     pub pkts_recv_dup: u64,
     /// Retransmitted packets received.
