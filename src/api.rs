@@ -351,6 +351,7 @@ pub struct Connection {
     stream_id: Option<Vec<u8>>,
     digest: bool,
     latency: Duration,
+    peer_latency: Duration,
 }
 
 impl Connection {
@@ -364,6 +365,7 @@ impl Connection {
             stream_id: c.stream_id().map(<[u8]>::to_vec),
             digest: c.digest_agreed(),
             latency: c.latency(),
+            peer_latency: c.peer_latency(),
         };
         g.handles += 1;
         Ok(conn)
@@ -401,9 +403,14 @@ impl Connection {
     pub fn digest_agreed(&self) -> bool {
         self.digest
     }
-    /// Negotiated TSBPD latency (live mode).
+    /// Negotiated TSBPD latency (live mode) of the direction this end receives.
     pub fn latency(&self) -> Duration {
         self.latency
+    }
+    /// Negotiated TSBPD latency (live mode) of the direction this end sends: how long after
+    /// a message was queued the peer plays it.
+    pub fn peer_latency(&self) -> Duration {
+        self.peer_latency
     }
     /// A statistics snapshot.
     pub fn stats(&self) -> io::Result<ConnStats> {

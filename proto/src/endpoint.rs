@@ -658,7 +658,9 @@ impl Endpoint {
             initial_seq: hs.initial_seq,
             mss,
             // What the connection's receive buffer will start with (as its own handshakes say).
-            flow_window: cfg.initial_buffer_pkts(crate::conn::payload_size(mss, remote)) as u32,
+            flow_window: cfg
+                .recv_buffer_pkts(crate::conn::payload_size(mss, remote))
+                .0 as u32,
             hs_type: HsType::Conclusion,
             socket_id: local_id,
             cookie: hs.cookie,

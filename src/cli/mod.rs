@@ -17,7 +17,7 @@ use crate::transfer::{self, Verdict};
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use slipstream_proto::cc::CcRegistry;
-use slipstream_proto::conn::{ConnConfig, ConnStats, Mode};
+use slipstream_proto::conn::{ConnConfig, ConnStats, MaxBw, Mode};
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -95,7 +95,9 @@ enum Command {
         common: Common,
     },
     /// Relay live messages between udp://, srt:// and file:// (or - for stdin/stdout), like
-    /// srt-live-transmit.
+    /// srt-live-transmit. An SRT listener serves caller after caller (until SIGINT/SIGTERM,
+    /// or --once); the summary accounts for every message, and exit status 0 means an
+    /// orderly end (with --fail-on-loss: and nothing dropped or lost).
     Live {
         /// Source: udp://:PORT, srt://..., file://PATH, file://con or -.
         src: String,
@@ -107,6 +109,27 @@ enum Command {
         /// Stop after relaying this many messages.
         #[arg(long, value_name = "N")]
         count: Option<u64>,
+        /// Print statistics every MS milliseconds (to stderr, or --stats-file).
+        #[arg(short = 's', long = "stats", value_name = "MS")]
+        stats: Option<u64>,
+        /// Format of the periodic statistics.
+        #[arg(long, value_enum, default_value = "text", value_name = "FORMAT")]
+        stats_format: live::StatsFormat,
+        /// Write the periodic statistics to FILE instead of stderr.
+        #[arg(long, value_name = "FILE")]
+        stats_file: Option<PathBuf>,
+        /// Exit non-zero if any message was dropped or lost (by the kernel on input, by
+        /// either SRT end as too late, or unacknowledged at the end).
+        #[arg(long)]
+        fail_on_loss: bool,
+        /// An SRT listener serves one peer, then exits: 0 if the peer closed the
+        /// connection, non-zero if it died.
+        #[arg(long)]
+        once: bool,
+        /// An SRT caller whose peer cannot be reached or goes away calls again, with
+        /// back-off (0.25 s, doubling to 8 s), as srt-live-transmit's -a.
+        #[arg(long)]
+        reconnect: bool,
         #[command(flatten)]
         common: Common,
     },
@@ -167,8 +190,26 @@ pub fn run_with(registry: CcRegistry) -> ExitCode {
             dst,
             duration,
             count,
+            stats,
+            stats_format,
+            stats_file,
+            fail_on_loss,
+            once,
+            reconnect,
             common,
-        } => live::run(&src, &dst, duration, count, &common, &registry),
+        } => {
+            let opts = live::LiveOpts {
+                duration,
+                count,
+                stats_every: stats.map(|ms| Duration::from_millis(ms.max(1))),
+                stats_format,
+                stats_file,
+                fail_on_loss,
+                once,
+                reconnect,
+            };
+            live::run(&src, &dst, &opts, &common, &registry)
+        }
         Command::Caps { json } => caps::run(json),
         Command::Demo {
             size,
@@ -227,11 +268,72 @@ fn conn_config(
     if let Some(mss) = common.mss.or(uri.mss) {
         cfg.set_mss(mss);
     }
-    if let Some(l) = uri.latency {
+    let live = mode == Mode::Live;
+    match uri.trans_type.as_deref() {
+        Some("file") if live => {
+            return Err("transtype=file: `slipstream live` is live mode; use send/recv".into())
+        }
+        Some("live") if !live => {
+            return Err("transtype=live: send and recv are file mode; use `slipstream live`".into())
+        }
+        _ => {}
+    }
+    if !live {
+        let live_only = [
+            ("latency", uri.latency.is_some()),
+            ("rcvlatency", uri.rcv_latency.is_some()),
+            ("peerlatency", uri.peer_latency.is_some()),
+            ("maxbw", uri.max_bw.is_some()),
+            ("inputbw", uri.input_bw.is_some()),
+            ("oheadbw", uri.overhead_bw.is_some()),
+            ("payloadsize", uri.payload_size.is_some()),
+            ("tlpktdrop", uri.too_late_drop.is_some()),
+            ("nakreport", uri.nak_report.is_some()),
+            ("timeout", uri.timeout.is_some()),
+        ];
+        if let Some((name, _)) = live_only.iter().find(|(_, on)| *on) {
+            return Err(format!(
+                "{name}= applies to live mode (`slipstream live`), not to file transfers"
+            ));
+        }
+    }
+    // latency sets both directions' wish, rcvlatency and peerlatency one each (libsrt).
+    if let Some(l) = uri.rcv_latency.or(uri.latency) {
         cfg.set_latency(l);
     }
-    if let Some(bw) = uri.max_bw {
-        cfg.set_max_bw(bw);
+    if let Some(l) = uri.peer_latency.or(uri.latency) {
+        cfg.set_peer_latency(Some(l));
+    }
+    match uri.max_bw {
+        None | Some(-1) => {
+            if uri.input_bw.is_some() || uri.overhead_bw.is_some() {
+                return Err(
+                    "inputbw= and oheadbw= take effect with maxbw=0 (relative to the \
+                            input rate), as in libsrt"
+                        .into(),
+                );
+            }
+        }
+        Some(0) => {
+            cfg.set_max_bw_rule(MaxBw::Relative {
+                input_bps: uri.input_bw.unwrap_or(0),
+                overhead_pct: uri.overhead_bw.unwrap_or(25),
+            });
+        }
+        Some(b) => {
+            cfg.set_max_bw(b as u64);
+        }
+    }
+    if let Some(t) = uri.connect_timeout {
+        cfg.set_connect_timeout(t.max(Duration::from_millis(1)));
+    }
+    cfg.set_send_buffer_cap(uri.snd_buf)
+        .set_recv_buffer_cap(uri.rcv_buf);
+    if let Some(on) = uri.too_late_drop {
+        cfg.set_too_late_drop(on);
+    }
+    if let Some(on) = uri.nak_report {
+        cfg.set_nak_report(on);
     }
     if mode == Mode::File {
         cfg.set_file_digest(true);

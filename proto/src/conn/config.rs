@@ -8,6 +8,25 @@ const STANDARD_PAYLOAD: usize = 1456;
 /// Fewest packets a buffer holds.
 const MIN_BUFFER_PKTS: usize = 64;
 
+/// How fast live mode may send (libsrt's SRTO_MAXBW, SRTO_INPUTBW and SRTO_OHEADBW).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MaxBw {
+    /// The live controller's own rule (`maxbw=-1`): 1 Gbit/s, or the measured input rate
+    /// plus 25 % where that is more.
+    Default,
+    /// At most this many bytes per second (`maxbw=N`).
+    Absolute(u64),
+    /// The input rate plus `overhead_pct` percent (`maxbw=0`): the rate given
+    /// (`inputbw=N`, bytes/s), or if none, the measured one.
+    Relative {
+        /// Input rate in bytes per second; 0 = measure it.
+        input_bps: u64,
+        /// Overhead for retransmissions, percent (5 to 100, default 25).
+        overhead_pct: u32,
+    },
+}
+
 /// How the connection carries data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -35,6 +54,9 @@ pub struct ConnConfig {
     pub(crate) cc: String,
     pub(crate) max_bw_bps: u64,
     pub(crate) buffer_cap_bytes: usize,
+    pub(crate) snd_cap_bytes: Option<usize>,
+    pub(crate) rcv_cap_bytes: Option<usize>,
+    pub(crate) max_bw: MaxBw,
     pub(crate) initial_window_pkts: u32,
     pub(crate) peer_idle_timeout: Duration,
     pub(crate) connect_timeout: Duration,
@@ -62,6 +84,9 @@ impl Default for ConnConfig {
             // Upper bound per direction; the buffers start small and grow to 2x the measured
             // bandwidth-delay product, never past this. 256 MiB covers 10 Gbit/s at 100 ms RTT.
             buffer_cap_bytes: 256 << 20,
+            snd_cap_bytes: None,
+            rcv_cap_bytes: None,
+            max_bw: MaxBw::Default,
             // 8192 packets (~12 MB): enough for 1 Gbit/s at 100 ms before any growth.
             initial_window_pkts: 8192,
             // libsrt's SRTO_PEERIDLETIMEO default.
@@ -190,12 +215,44 @@ impl ConnConfig {
     /// 1.25 x the input rate or 1 Gbit/s).
     pub fn set_max_bw(&mut self, bytes_per_s: u64) -> &mut Self {
         self.max_bw_bps = bytes_per_s;
+        self.max_bw = if bytes_per_s > 0 {
+            MaxBw::Absolute(bytes_per_s)
+        } else {
+            MaxBw::Default
+        };
         self
     }
     /// Memory cap of each of the send and receive buffers, bytes. Default 256 MiB.
     pub fn set_buffer_cap(&mut self, bytes: usize) -> &mut Self {
         self.buffer_cap_bytes = bytes.max(64 << 10);
         self
+    }
+    /// Memory cap of the send buffer alone (SRTO_SNDBUF), bytes; at least 64 packets.
+    /// Default: as [`set_buffer_cap`](Self::set_buffer_cap).
+    pub fn set_send_buffer_cap(&mut self, bytes: Option<usize>) -> &mut Self {
+        self.snd_cap_bytes = bytes;
+        self
+    }
+    /// Memory cap of the receive buffer alone (SRTO_RCVBUF), bytes; at least 64 packets.
+    /// It bounds the window the peer may send into. Default: as
+    /// [`set_buffer_cap`](Self::set_buffer_cap).
+    pub fn set_recv_buffer_cap(&mut self, bytes: Option<usize>) -> &mut Self {
+        self.rcv_cap_bytes = bytes;
+        self
+    }
+    /// Live mode's sending rate limit. Default [`MaxBw::Default`];
+    /// [`set_max_bw`](Self::set_max_bw) sets an absolute one.
+    pub fn set_max_bw_rule(&mut self, rule: MaxBw) -> &mut Self {
+        self.max_bw = rule;
+        self.max_bw_bps = match rule {
+            MaxBw::Absolute(b) => b,
+            _ => 0,
+        };
+        self
+    }
+    /// The sending rate limit in effect.
+    pub fn max_bw_rule(&self) -> MaxBw {
+        self.max_bw
     }
     /// Initial receive window in packets before it sizes itself. Default 8192. The send and
     /// receive buffers start with room for this many packets, but for no more bytes than
@@ -205,6 +262,24 @@ impl ConnConfig {
         self.initial_window_pkts = pkts.clamp(32, 1 << 24);
         self
     }
+    /// Packets the send buffer starts with and may grow to, for `payload_size` bytes.
+    pub(crate) fn send_buffer_pkts(&self, payload_size: usize) -> (usize, usize) {
+        let max = self.capped_pkts(payload_size, self.snd_cap_bytes);
+        (self.initial_buffer_pkts(payload_size).min(max), max)
+    }
+    /// Packets the receive buffer starts with and may grow to, for `payload_size` bytes.
+    pub(crate) fn recv_buffer_pkts(&self, payload_size: usize) -> (usize, usize) {
+        let max = self.capped_pkts(payload_size, self.rcv_cap_bytes);
+        (self.initial_buffer_pkts(payload_size).min(max), max)
+    }
+    fn capped_pkts(&self, payload_size: usize, cap: Option<usize>) -> usize {
+        let all = self.buffer_max_pkts(payload_size);
+        match cap {
+            Some(b) => all.min((b / payload_size.max(1)).max(MIN_BUFFER_PKTS)),
+            None => all,
+        }
+    }
+
     /// Packets the buffers start with for payloads of `payload_size` bytes (see
     /// [`set_initial_window`](Self::set_initial_window)), within the memory cap.
     pub(crate) fn initial_buffer_pkts(&self, payload_size: usize) -> usize {

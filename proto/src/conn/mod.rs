@@ -27,7 +27,7 @@ mod send_buf;
 mod sender;
 mod stats;
 
-pub use config::{ConnConfig, Mode};
+pub use config::{ConnConfig, MaxBw, Mode};
 pub use event::{CloseReason, Event};
 pub use recv_buf::{Payload, OWNED_PAYLOAD_MIN};
 pub use send_buf::{SharedBytes, MAX_CHUNK};
@@ -237,6 +237,8 @@ pub struct Connection {
     ack_rates: AckRateTracker,
     tsbpd_offset_us: i64,
     last_ts_unwrapped: u64,
+    /// Live mode: smoothed and least margin of arrivals before their play time, µs.
+    live_margin_us: Option<(i64, i64)>,
 
     // Round-trip time (both halves use one estimate).
     srtt_us: u64,
@@ -324,8 +326,8 @@ impl Connection {
     ) -> Self {
         let mss = cfg.mss;
         let payload_size = payload_size(mss, peer_addr);
-        let max_pkts = cfg.buffer_max_pkts(payload_size);
-        let init = cfg.initial_buffer_pkts(payload_size);
+        let (snd_init, snd_max) = cfg.send_buffer_pkts(payload_size);
+        let (rcv_init, rcv_max) = cfg.recv_buffer_pkts(payload_size);
         Connection {
             local_id,
             peer_id: 0,
@@ -343,7 +345,7 @@ impl Connection {
             hs,
             isn,
             // Buffers are sized for the configured MSS and re-created if negotiation lowers it.
-            sbuf: SendBuffer::new(payload_size, init, max_pkts, isn),
+            sbuf: SendBuffer::new(payload_size, snd_init, snd_max, isn),
             snd_loss: LossList::new(),
             cc,
             ctl: CcControl::default(),
@@ -360,7 +362,7 @@ impl Connection {
             acked_since_cc: 0,
             losses_scratch: Vec::with_capacity(64),
             input_rate: InputRate::default(),
-            rbuf: RecvBuffer::new(recv_slot_size(mss), init, max_pkts, isn),
+            rbuf: RecvBuffer::new(recv_slot_size(mss), rcv_init, rcv_max, isn),
             rcv_loss: LossList::new(),
             rcv_ack: isn,
             rcv_max: isn,
@@ -376,12 +378,13 @@ impl Connection {
             last_ackacked_seq: isn.sub(1),
             last_adv_window: 0,
             // The handshake advertises the whole buffer.
-            adv_edge: isn.add(init as u32),
+            adv_edge: isn.add(rcv_init as u32),
             pkts_since_ack: 0,
             rate: RateEstimator::new(),
             ack_rates: AckRateTracker::default(),
             tsbpd_offset_us: 0,
             last_ts_unwrapped: 0,
+            live_margin_us: None,
             // libsrt's initial estimates before the first sample.
             srtt_us: INITIAL_RTT_US,
             rttvar_us: INITIAL_RTTVAR_US,
@@ -418,11 +421,11 @@ impl Connection {
     /// Re-creates the (still empty) buffers for the negotiated MSS and initial sequence numbers.
     fn reset_buffers(&mut self, snd_isn: SeqNo, rcv_isn: SeqNo) {
         self.payload_size = payload_size(self.mss, self.peer_addr);
-        let max_pkts = self.cfg.buffer_max_pkts(self.payload_size);
-        let init = self.cfg.initial_buffer_pkts(self.payload_size);
+        let (snd_init, snd_max) = self.cfg.send_buffer_pkts(self.payload_size);
+        let (rcv_init, rcv_max) = self.cfg.recv_buffer_pkts(self.payload_size);
         self.isn = snd_isn;
-        self.sbuf = SendBuffer::new(self.payload_size, init, max_pkts, snd_isn);
-        self.rbuf = RecvBuffer::new(recv_slot_size(self.mss), init, max_pkts, rcv_isn);
+        self.sbuf = SendBuffer::new(self.payload_size, snd_init, snd_max, snd_isn);
+        self.rbuf = RecvBuffer::new(recv_slot_size(self.mss), rcv_init, rcv_max, rcv_isn);
         self.rcv_ack = rcv_isn;
         self.rcv_max = rcv_isn;
         self.drop_upto = rcv_isn;
@@ -462,9 +465,28 @@ impl Connection {
             pkts_in_network: u32::try_from(self.in_network()).unwrap_or(u32::MAX),
             pkts_sent: self.stats.pkts_sent,
             pkts_lost: self.stats.pkts_snd_loss,
-            max_bw_bps: self.cfg.max_bw_bps,
+            max_bw_bps: self.max_bw_now(),
             input_rate_bps: self.input_rate.rate_bps,
             send_lag_us: self.send_lag_us,
+        }
+    }
+
+    /// The live sending limit for the controller, bytes/s (0: its own default rule).
+    fn max_bw_now(&self) -> u64 {
+        match self.cfg.max_bw {
+            config::MaxBw::Default => 0,
+            config::MaxBw::Absolute(b) => b,
+            config::MaxBw::Relative {
+                input_bps,
+                overhead_pct,
+            } => {
+                let input = if input_bps > 0 {
+                    input_bps
+                } else {
+                    self.input_rate.rate_bps
+                };
+                input.saturating_mul(100 + u64::from(overhead_pct)) / 100
+            }
         }
     }
 
@@ -761,7 +783,7 @@ impl Connection {
     /// one always fits once that much is free). Fixed once the connection is established.
     pub fn chunk_len(&self) -> usize {
         let p = self.payload_size.max(1);
-        let initial = self.cfg.initial_buffer_pkts(p);
+        let initial = self.cfg.send_buffer_pkts(p).0;
         p * (CHUNK_BYTES / p).clamp(1, (initial / 8).max(1))
     }
 
@@ -784,7 +806,7 @@ impl Connection {
         if len == 0
             || len > chunk.len()
             || len > MAX_CHUNK
-            || pkts > self.cfg.buffer_max_pkts(self.payload_size)
+            || pkts > self.cfg.send_buffer_pkts(self.payload_size).1
         {
             return Err((SendError::TooLarge, chunk));
         }
@@ -819,7 +841,7 @@ impl Connection {
         if len == 0
             || range.end > (**data).as_ref().len()
             || len > MAX_CHUNK
-            || pkts > self.cfg.buffer_max_pkts(self.payload_size)
+            || pkts > self.cfg.send_buffer_pkts(self.payload_size).1
         {
             return Err(SendError::TooLarge);
         }
@@ -1096,6 +1118,10 @@ impl Connection {
         s.rcv_loss_ranges = self.rcv_loss.range_count() as u32;
         s.mss = self.mss;
         s.latency_ms = (self.latency_us / 1000) as u32;
+        if let Some((avg, min)) = self.live_margin_us {
+            s.latency_margin_ms = avg as f64 / 1000.0;
+            s.latency_margin_min_ms = min as f64 / 1000.0;
+        }
         s.send_lag_us = self.send_lag_us;
         s
     }

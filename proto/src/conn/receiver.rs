@@ -50,6 +50,13 @@ impl Connection {
         }
         let seq = h.seq;
         let ts = self.unwrap_ts(h.timestamp);
+        if self.cfg.mode == Mode::Live {
+            let margin = self.play_time_us(ts) as i64 - received_us as i64;
+            self.live_margin_us = Some(match self.live_margin_us {
+                Some((avg, min)) => (avg + (margin - avg) / 16, min.min(margin)),
+                None => (margin, margin),
+            });
+        }
         match self.rbuf.insert(seq, h.position, h.msg_no, ts, payload) {
             Insert::Stored => {
                 self.stats.pkts_recv_unique += 1;

@@ -136,4 +136,10 @@ pub struct ConnStats {
     pub mss: u32,
     /// Negotiated TSBPD latency, milliseconds (live mode).
     pub latency_ms: u32,
+    /// Live mode, receiver: how long before its play time a packet arrives, milliseconds,
+    /// smoothed over arrivals (retransmissions included). Near zero or below, packets are
+    /// (about to be) too late: the latency is too short for this path.
+    pub latency_margin_ms: f64,
+    /// Live mode, receiver: the least such margin of any packet since the start.
+    pub latency_margin_min_ms: f64,
 }
