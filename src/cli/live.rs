@@ -158,8 +158,9 @@ impl SrtEnd {
     }
 
     /// Connects (caller) or waits for a caller (listener) unless connected. `Ok(false)` when
-    /// a stop was requested meanwhile.
-    fn ensure(&mut self, reconnect: bool) -> Result<bool, String> {
+    /// a stop was requested or the deadline passed meanwhile.
+    fn ensure(&mut self, reconnect: bool, deadline: Option<Instant>) -> Result<bool, String> {
+        let give_up = || stop_requested() || deadline.is_some_and(|d| Instant::now() >= d);
         if self.conn.is_some() {
             return Ok(true);
         }
@@ -174,7 +175,7 @@ impl SrtEnd {
                 }
                 let ep = self.ep.as_ref().expect("bound above");
                 loop {
-                    if stop_requested() {
+                    if give_up() {
                         return Ok(false);
                     }
                     match ep.accept_timeout(POLL) {
@@ -188,7 +189,7 @@ impl SrtEnd {
                 }
             }
             UriMode::Caller => loop {
-                if stop_requested() {
+                if give_up() {
                     return Ok(false);
                 }
                 let remote = self.uri.remote()?;
@@ -210,7 +211,7 @@ impl SrtEnd {
                             self.backoff.as_secs_f64()
                         );
                         let until = Instant::now() + self.backoff;
-                        while Instant::now() < until && !stop_requested() {
+                        while Instant::now() < until && !give_up() {
                             std::thread::sleep(POLL.min(until - Instant::now()));
                         }
                         self.backoff = (self.backoff * 2).min(BACKOFF.1);
@@ -609,7 +610,6 @@ pub(super) fn run(
     let mut buf = vec![0u8; 65_536];
     let mut n = Counts::default();
     let mut failure: Option<String> = None;
-    let mut finite_end = false;
     let mut next_stats = o.stats_every.map(|d| t0 + d);
     'relay: loop {
         if stop_requested()
@@ -625,7 +625,7 @@ pub(super) fn run(
             }
         }
         for end in srt_ends(&mut out, &mut inp) {
-            match end.ensure(o.reconnect) {
+            match end.ensure(o.reconnect, deadline) {
                 Ok(true) => {}
                 Ok(false) => break 'relay,
                 Err(e) => {
@@ -670,10 +670,7 @@ pub(super) fn run(
                     break;
                 }
             }
-            Got::End => {
-                finite_end = true;
-                break;
-            }
+            Got::End => break,
             Got::Gone(why) => {
                 if let Err(e) = out.flush() {
                     failure = Some(format!("output: {e}"));
@@ -701,9 +698,24 @@ pub(super) fn run(
             None::<&str>
         }
     };
-    // Close the output: a finite input is delivered in full first; a stop, a deadline or a
-    // failure close at once.
-    let drain = finite_end && failure.is_none() && stopped_by.is_none();
+    // An orderly end (the input ended, a signal, --duration, --count) delivers what is on
+    // its way: an SRT input hands over what it holds without waiting for its play times,
+    // and an SRT output waits until everything is acknowledged and played. A failure
+    // closes at once.
+    let orderly = failure.is_none();
+    if let Input::Srt(end) = &mut inp {
+        if let (Some(c), true) = (end.conn.as_ref(), orderly) {
+            let _ = c.close();
+            while let Ok(len @ 1..) = c.recv_message_timeout(&mut buf, Duration::from_millis(20)) {
+                n.msgs += 1;
+                n.bytes += len as u64;
+                if !matches!(out.write(&buf[..len]), Ok(Put::Done)) {
+                    n.no_receiver += 1;
+                }
+            }
+        }
+    }
+    let drain = orderly;
     match &mut out {
         Output::Srt(end) => {
             if let Err(e) = end.close(drain) {

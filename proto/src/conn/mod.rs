@@ -204,6 +204,10 @@ pub struct Connection {
     peer_recv_rate_last_pps: u32,
     peer_bandwidth_pps: u32,
     last_cc_ack_us: u64,
+    /// When the peer last announced its window (full ACK) or a window probe went out.
+    last_window_us: u64,
+    /// A window probe may go out (see `window_probe_deadline_us`).
+    window_probe: bool,
     acked_since_cc: u32,
     losses_scratch: Vec<(SeqNo, SeqNo)>,
     input_rate: InputRate,
@@ -359,6 +363,8 @@ impl Connection {
             peer_recv_rate_last_pps: 0,
             peer_bandwidth_pps: 0,
             last_cc_ack_us: 0,
+            last_window_us: 0,
+            window_probe: false,
             acked_since_cc: 0,
             losses_scratch: Vec::with_capacity(64),
             input_rate: InputRate::default(),
@@ -569,6 +575,9 @@ impl Connection {
                 if let Some(d) = self.tail_probe_deadline_us() {
                     t = t.min(d);
                 }
+                if let Some(d) = self.window_probe_deadline_us() {
+                    t = t.min(d);
+                }
                 t = t.min(self.last_send_us + KEEPALIVE_US);
                 if !self.rcv_loss.is_empty() && self.cfg.nak_report {
                     t = t.min(self.next_nak_tick);
@@ -615,6 +624,9 @@ impl Connection {
                 }
                 if self.tail_probe_deadline_us().is_some_and(|d| now_us >= d) {
                     self.on_tail_probe();
+                }
+                if self.window_probe_deadline_us().is_some_and(|d| now_us >= d) {
+                    self.window_probe = true;
                 }
                 if now_us >= self.last_send_us + KEEPALIVE_US {
                     self.pending.keepalive = true;

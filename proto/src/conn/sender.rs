@@ -113,7 +113,28 @@ impl Connection {
 
     pub(super) fn has_data_to_send(&self) -> bool {
         matches!(self.state, State::Connected | State::Closing)
-            && (!self.snd_loss.is_empty() || (self.sbuf.unsent() > 0 && self.window_open()))
+            && (!self.snd_loss.is_empty()
+                || (self.sbuf.unsent() > 0 && (self.window_open() || self.window_probe)))
+    }
+
+    /// Live mode: when one packet goes out past a closed flow window (a window probe). A
+    /// libsrt receiver announces the room its reads make only with its next ACK, and sends
+    /// none while nothing new arrives once the sender has confirmed the last: a sender that
+    /// filled its window then waits for an announcement that never comes, and live mode has
+    /// no retransmission timeout to break the silence. Data too late to play would be
+    /// dropped a second later. The probe is due a round trip (with its variance, at least
+    /// two ACK periods) after the last full ACK or probe; the peer stores it if it has room
+    /// and acknowledges it, announcing its window.
+    pub(super) fn window_probe_deadline_us(&self) -> Option<u64> {
+        (self.cfg.mode == Mode::Live
+            && !self.window_probe
+            && self.sbuf.unsent() > 0
+            && self.peer_edge.is_some()
+            && !self.window_open())
+        .then(|| {
+            let wait = (self.srtt_us + 4 * self.rttvar_us).max(2 * SYN_INTERVAL_US);
+            self.last_window_us + wait
+        })
     }
 
     /// How long after a retransmission a repeated report of the same loss is taken for the
@@ -177,7 +198,12 @@ impl Connection {
             }
             return self.emit_data(now_us, seq, true, buf, gather);
         }
-        if self.sbuf.unsent() > 0 && self.window_open() {
+        if self.sbuf.unsent() > 0 && (self.window_open() || self.window_probe) {
+            if !self.window_open() {
+                self.stats.window_probes += 1;
+                self.last_window_us = now_us;
+            }
+            self.window_probe = false;
             let seq = self.sbuf.next_unsent();
             return self.emit_data(now_us, seq, false, buf, gather);
         }
@@ -349,6 +375,7 @@ impl Connection {
             let ctx = self.cc_ctx(now_us);
             self.cc.on_ack(&ctx, &mut self.ctl, a.ack_seq, newly);
             self.last_cc_ack_us = now_us;
+            self.last_window_us = now_us;
             // The send buffer must hold the whole window in flight, plus room to queue.
             let want = self.window() + self.window() / 2 + 64;
             while self.sbuf.cap() < want && self.sbuf.grow() {}

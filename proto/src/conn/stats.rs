@@ -87,6 +87,9 @@ pub struct ConnStats {
     /// Tail-loss probes: the last packet sent again when nothing else was left to send and
     /// no acknowledgement came for two round trips.
     pub tail_probes: u64,
+    /// Live mode: packets sent past a flow window that stayed closed for a round trip
+    /// without an announcement from the peer (window probes).
+    pub window_probes: u64,
     /// Control packets received that were malformed or unexpected.
     pub ctrl_ignored: u64,
     /// Time, µs, since its first data packet that the sender was due to send new data and
