@@ -588,7 +588,7 @@ pub(super) fn run(
     // the input.
     let mut out = open_output(dst, common, registry)?;
     let mut inp = open_input(src, common, registry)?;
-    if let (Input::Srt(end), false) = (&inp, matches!(out, Output::Srt(_))) {
+    if let Input::Srt(end) = &inp {
         if end.uri.payload_size.is_some() {
             return Err("payloadsize= limits what an SRT output sends; give it there".into());
         }
