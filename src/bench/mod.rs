@@ -6,8 +6,11 @@
 //!   Fig. 8 of the asynchronous-UDP paper, as markdown, JSON lines and SVG charts.
 //! - `bench transfer`: one file moved by slipstream, kernel TCP, libsrt and UDT over loopback
 //!   and emulated paths, side by side ([`transfer`]).
+//! - `bench live`: a paced live stream relayed by `slipstream live` and `srt-live-transmit`
+//!   (SRT live mode) over loopback and an emulated path: delivery, latency, CPU ([`live`]).
 
 pub mod dgram;
+pub mod live;
 #[cfg(target_os = "linux")]
 pub mod netem;
 pub mod netns;
@@ -33,6 +36,10 @@ pub enum BenchCmd {
     /// UDT over loopback and emulated 1 Gbit/s paths, side by side: DIR/transfer.md, .jsonl
     /// and .svg charts.
     Transfer(transfer::TransferArgs),
+    /// A paced constant-bit-rate UDP stream relayed in SRT live mode by `slipstream live` and
+    /// `srt-live-transmit`, over loopback and an emulated path: delivered share, end-to-end
+    /// latency (p50/p99/max) and CPU; DIR/live.md and .jsonl with --out-dir.
+    Live(live::LiveArgs),
 }
 
 /// Options of `bench netem`.
@@ -143,6 +150,7 @@ pub fn run(cmd: BenchCmd) -> Result<(), String> {
         }),
         BenchCmd::Transfer(a) => transfer::run(&a),
         BenchCmd::Netem(a) => run_netem(a),
+        BenchCmd::Live(a) => live::run(&a),
     }
 }
 
