@@ -26,9 +26,10 @@ use std::time::{Duration, Instant};
 /// Longest single wait on the condition variable before re-checking (a safety net: the I/O
 /// thread notifies on every change).
 const WAIT_SLICE: Duration = Duration::from_millis(100);
-/// Shortest wait of a live-mode read for a message not yet due (the condition variable's
-/// timeouts are not much finer).
-const LIVE_MIN_WAIT: Duration = Duration::from_micros(200);
+/// A live-mode read waiting for the play time of a complete message sleeps this much past
+/// it, so that messages due within it are handed over in one wake-up: at 20 Mbit/s of
+/// 1316-byte messages, two a wake instead of one. Delivery is at most this late.
+const LIVE_SLACK: Duration = Duration::from_micros(500);
 
 /// Settings of an [`Endpoint`].
 #[derive(Debug, Clone)]
@@ -702,14 +703,17 @@ impl Connection {
                 }
                 r => r,
             };
-            // Live mode: sleep until the next message plays (arrivals and the engine's
-            // timers wake the reader sooner), not in short slices: an idle reader costs
-            // nothing.
-            let slice = match c.next_delivery() {
-                Some(t) => t
-                    .saturating_duration_since(now)
-                    .clamp(LIVE_MIN_WAIT, WAIT_SLICE),
-                None => WAIT_SLICE,
+            // Live mode: with a complete message held, sleep until it plays (later arrivals
+            // change nothing: they play later), else until something arrives; never in short
+            // slices: an idle reader costs nothing.
+            let (slice, kind) = match c.next_delivery() {
+                Some(t) => (
+                    (t + LIVE_SLACK)
+                        .saturating_duration_since(now)
+                        .min(WAIT_SLICE),
+                    Wait::Timer,
+                ),
+                None => (WAIT_SLICE, Wait::Any),
             };
             match r {
                 Ok(n) => return Ok(n),
@@ -726,7 +730,7 @@ impl Connection {
                         },
                         None => slice,
                     };
-                    g = self.wait(g, wait)?;
+                    g = self.wait_for(g, wait, kind)?;
                 }
                 Err(e) => return Err(recv_error(e)),
             }

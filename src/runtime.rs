@@ -94,6 +94,8 @@ pub(crate) struct State {
     pub handles: usize,
     /// Application threads waiting on the condition variable.
     pub waiters: usize,
+    /// Of those, waiting for their own timeout or an event ([`Wait::Timer`]).
+    pub timers: usize,
     /// Of those, stream readers (woken by a useful amount of data, not every packet).
     pub readers: usize,
     /// Of those, stream writers (woken when a useful share of the send buffer is free).
@@ -144,6 +146,7 @@ impl Shared {
         match kind {
             Wait::Read => g.readers += 1,
             Wait::Write => g.writers += 1,
+            Wait::Timer => g.timers += 1,
             Wait::Any => {}
         }
         let (mut g, _) = self
@@ -154,6 +157,7 @@ impl Shared {
         match kind {
             Wait::Read => g.readers -= 1,
             Wait::Write => g.writers -= 1,
+            Wait::Timer => g.timers -= 1,
             Wait::Any => {}
         }
         g
@@ -169,6 +173,9 @@ pub enum Wait {
     Write,
     /// Anything (events, messages, state changes).
     Any,
+    /// Its own timeout, or an event (a live reader whose next message is complete and
+    /// waits for its play time: later arrivals change nothing for it).
+    Timer,
 }
 
 /// Starts the I/O thread for `ep` on `dp`.
@@ -186,6 +193,7 @@ pub(crate) fn spawn(
             shutdown: false,
             handles: 0,
             waiters: 0,
+            timers: 0,
             readers: 0,
             writers: 0,
             max_mss,
@@ -552,7 +560,7 @@ impl IoLoop {
             }
             self.since_notify += n;
             let idle = timeout != Some(Duration::ZERO);
-            let others = g.waiters.saturating_sub(g.readers + g.writers);
+            let others = g.waiters.saturating_sub(g.readers + g.writers + g.timers);
             let read_due = self.unnotified_since.map(|t| t + READ_NOTIFY_DELAY);
             let notify = g.waiters > 0
                 && (events
