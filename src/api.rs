@@ -28,8 +28,10 @@ use std::time::{Duration, Instant};
 const WAIT_SLICE: Duration = Duration::from_millis(100);
 /// A live-mode read waiting for the play time of a complete message sleeps this much past
 /// it, so that messages due within it are handed over in one wake-up: at 20 Mbit/s of
-/// 1316-byte messages, two a wake instead of one. Delivery is at most this late.
-const LIVE_SLACK: Duration = Duration::from_micros(500);
+/// 1316-byte messages, about four a wake instead of one. Delivery is at most this late
+/// (libsrt's receivers delivered 6-11 ms past the latency in the same runs, see
+/// docs/benchmarks.md); 0.5 ms cost 35 % more CPU at 20 Mbit/s.
+const LIVE_SLACK: Duration = Duration::from_millis(2);
 
 /// Settings of an [`Endpoint`].
 #[derive(Debug, Clone)]
