@@ -330,6 +330,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn live_mode_keeps_1500_byte_packets_whatever_the_path() {
+        let mut live = ConnConfig::new(Mode::Live);
+        live.set_mss_from_path(65_536);
+        assert_eq!(live.mss(), 1500);
+        let mut file = ConnConfig::new(Mode::File);
+        file.set_mss_from_path(65_536);
+        assert_eq!(file.mss(), 65_535);
+        // An explicit MSS is kept in live mode too.
+        live.set_mss(9000).set_mss_from_path(65_536);
+        assert_eq!(live.mss(), 9000);
+    }
+
+    #[test]
+    fn send_and_receive_buffer_caps_are_separate() {
+        let mut c = ConnConfig::new(Mode::Live);
+        c.set_recv_buffer_cap(Some(1456 * 100))
+            .set_send_buffer_cap(Some(1456 * 1000));
+        assert_eq!(c.recv_buffer_pkts(1456), (100, 100));
+        assert_eq!(c.send_buffer_pkts(1456), (1000, 1000));
+        // Never below 64 packets.
+        c.set_recv_buffer_cap(Some(1));
+        assert_eq!(c.recv_buffer_pkts(1456).1, 64);
+    }
+
+    #[test]
     fn initial_buffers_are_sized_in_bytes_as_well_as_packets() {
         let mut cfg = ConnConfig::default();
         // A 1500-byte path: the initial window as it is.
