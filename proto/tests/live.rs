@@ -3,31 +3,9 @@
 
 mod common;
 use common::*;
-use slipstream_proto::conn::{ConnConfig, ConnStats, Event, Mode};
-use slipstream_proto::endpoint::ConnId;
+use slipstream_proto::conn::{ConnConfig, ConnStats, Mode};
 use slipstream_proto::sim::Pair;
 use std::time::Duration;
-
-/// Connects a caller configured with `ca_cfg` to a listener configured with `lb_cfg`.
-fn connect2(p: &mut Pair, ca_cfg: ConnConfig, lb_cfg: ConnConfig) -> (ConnId, ConnId) {
-    p.b.listen(Some(lb_cfg));
-    let (now, b_addr) = (p.now, p.b_addr);
-    let ca = p.a.connect(now, b_addr, ca_cfg).expect("connect");
-    let (mut connected, mut cb) = (false, None);
-    let ok = p.run_until(Duration::from_secs(10), |p| {
-        while let Some((_, ev)) = p.a.poll_event() {
-            connected |= ev == Event::Connected;
-        }
-        while let Some((id, ev)) = p.b.poll_event() {
-            if ev == Event::Accepted {
-                cb = Some(id);
-            }
-        }
-        connected && cb.is_some()
-    });
-    assert!(ok, "handshake did not complete");
-    (ca, cb.expect("accepted"))
-}
 
 fn live(latency_ms: u64) -> ConnConfig {
     let mut c = ConnConfig::new(Mode::Live);
@@ -61,7 +39,7 @@ fn latency_is_negotiated_per_direction() {
     a.set_peer_latency(Some(Duration::from_millis(50)));
     let mut b = live(80);
     b.set_peer_latency(Some(Duration::from_millis(200)));
-    let (ca, cb) = connect2(&mut p, a, b);
+    let (ca, cb) = connect_with(&mut p, a, b);
     let (ca, cb) = (p.a.conn(ca).unwrap(), p.b.conn(cb).unwrap());
     // listener -> caller: max(caller's 300, listener's 200); caller -> listener: max(80, 50).
     assert_eq!(ca.latency(), Duration::from_millis(300));
@@ -86,7 +64,7 @@ fn every_live_packet_is_accounted_for() {
             bottleneck(30, 0.05, 8_000_000, 200_000),
             path(30, 0.05, None),
         );
-        let (ca, cb) = connect2(&mut p, live(80), live(80));
+        let (ca, cb) = connect_with(&mut p, live(80), live(80));
         let start = p.now;
         let end = start + Duration::from_secs(4);
         let gap = Duration::from_micros(1316 * 8 * 1_000_000 / 12_000_000);
@@ -147,7 +125,7 @@ fn without_too_late_drop_everything_arrives() {
     let mut p = Pair::new(s, path(40, 0.05, None), path(40, 0.05, None));
     let mut cfg = live(20);
     cfg.set_too_late_drop(false);
-    let (ca, cb) = connect2(&mut p, cfg.clone(), cfg);
+    let (ca, cb) = connect_with(&mut p, cfg.clone(), cfg);
     let total = 2000u32;
     let (mut sent, mut got) = (0u32, Vec::new());
     let mut next = p.now;

@@ -61,10 +61,15 @@ pub fn bottleneck(delay_ms: u64, loss: f64, rate_bps: u64, queue_bytes: usize) -
 
 /// Connects a caller on `a` to a listener on `b`; returns (caller id, accepted id).
 pub fn connect(p: &mut Pair, cfg: ConnConfig) -> (ConnId, ConnId) {
-    p.b.listen(Some(cfg.clone()));
+    connect_with(p, cfg.clone(), cfg)
+}
+
+/// [`connect`] with a configuration for each end: the caller's and the listener's.
+pub fn connect_with(p: &mut Pair, caller: ConnConfig, listener: ConnConfig) -> (ConnId, ConnId) {
+    p.b.listen(Some(listener));
     let now = p.now;
     let b_addr = p.b_addr;
-    let ca = p.a.connect(now, b_addr, cfg).expect("connect");
+    let ca = p.a.connect(now, b_addr, caller).expect("connect");
     let mut cb = None;
     let mut connected = false;
     let ok = p.run_until(Duration::from_secs(10), |p| {
