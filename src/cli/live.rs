@@ -709,6 +709,17 @@ pub(super) fn run(
                     failure = Some(format!("output: {e}"));
                     break;
                 }
+                // With nothing to send, a dead receiver is noticed here, not at the next
+                // write (a silent input would keep the relay waiting forever).
+                if let Output::Srt(end) = &mut out {
+                    if let Some(why) = end.gone() {
+                        end.end_session(&why);
+                        if let Some(f) = session_over(end, &why, o) {
+                            failure = f;
+                            break;
+                        }
+                    }
+                }
             }
             Got::End => break,
             Got::Gone(why) => {
