@@ -1,6 +1,10 @@
-//! The sender's buffer: packets not yet acknowledged, in sequence order, in one pre-allocated
-//! ring. Its capacity grows (doubling, up to a memory cap) when the connection is limited by it;
-//! between growths, writing, sending and acknowledging allocate nothing.
+//! The sender's buffer: packets not yet acknowledged, in sequence order, in one ring. Its
+//! capacity (what the application may queue) grows, doubling up to a memory cap, when the
+//! connection is limited by it. The ring itself starts small and doubles only when what is
+//! held outgrows it: a live stream of a few hundred packets in flight then keeps cycling
+//! through the same warm memory instead of touching megabytes of fresh pages (a page fault
+//! each 4 KiB), and an idle connection holds little. Between growths, writing, sending and
+//! acknowledging allocate nothing.
 //!
 //! A packet's payload lives in its ring slot (copied in by [`SendBuffer::push_stream`] and
 //! [`SendBuffer::push_message`]) or in a chunk: a buffer the application filled on its own
@@ -76,6 +80,8 @@ pub const MAX_CHUNK: usize = u32::MAX as usize;
 const IN_RING: u64 = u64::MAX;
 /// Chunks the pool keeps for reuse even when the buffer has no free room for them.
 const CHUNK_POOL: usize = 4;
+/// Slots the ring starts with (at most the capacity): 186 KiB of 1456-byte payloads.
+const INITIAL_RING: usize = 128;
 
 const EMPTY: SlotMeta = SlotMeta {
     chunk: IN_RING,
@@ -92,8 +98,12 @@ const EMPTY: SlotMeta = SlotMeta {
 #[derive(Debug)]
 pub(crate) struct SendBuffer {
     slot_size: usize,
+    /// Packets the buffer may hold now (it grows up to `max_cap`).
     cap: usize,
     max_cap: usize,
+    /// Slots allocated: `data` holds `ring` payloads and `meta` as many entries. At most
+    /// `cap`; doubled by [`SendBuffer::reserve`] when what is held outgrows it.
+    ring: usize,
     data: Vec<u8>,
     meta: Vec<SlotMeta>,
     /// Sequence number of the oldest packet held.
@@ -131,12 +141,14 @@ pub(crate) enum PushError {
 impl SendBuffer {
     pub fn new(slot_size: usize, cap: usize, max_cap: usize, isn: SeqNo) -> Self {
         let cap = cap.min(max_cap).max(2);
+        let ring = cap.min(INITIAL_RING);
         SendBuffer {
             slot_size,
             cap,
             max_cap: max_cap.max(cap),
-            data: vec![0; cap * slot_size],
-            meta: vec![EMPTY; cap],
+            ring,
+            data: vec![0; ring * slot_size],
+            meta: vec![EMPTY; ring],
             base: isn,
             head: 0,
             len: 0,
@@ -273,6 +285,7 @@ impl SendBuffer {
     /// Queues the first `len` bytes of `held` (checked by [`SendBuffer::fits_chunk`]).
     fn push_held(&mut self, held: Held, len: usize, now_us: u64) {
         let pkts = len.div_ceil(self.slot_size.max(1));
+        self.reserve(self.len + pkts);
         let id = self.chunk_base + self.chunks.len() as u64;
         for k in 0..pkts {
             let off = k * self.slot_size;
@@ -312,8 +325,8 @@ impl SendBuffer {
 
     fn idx(&self, i: usize) -> usize {
         let j = self.head + i;
-        if j >= self.cap {
-            j - self.cap
+        if j >= self.ring {
+            j - self.ring
         } else {
             j
         }
@@ -338,6 +351,8 @@ impl SendBuffer {
                 data = &data[n..];
             }
         }
+        let want = self.len + data.len().div_ceil(self.slot_size.max(1));
+        self.reserve(want.min(self.cap));
         while !data.is_empty() && self.len < self.cap {
             let n = self.slot_size.min(data.len());
             let off = self.idx(self.len) * self.slot_size;
@@ -357,6 +372,7 @@ impl SendBuffer {
         if pkts > self.cap - self.len {
             return Err(PushError::Full);
         }
+        self.reserve(self.len + pkts);
         let msg_no = self.next_msg;
         self.next_msg = self.next_msg.next();
         for k in 0..pkts {
@@ -455,14 +471,30 @@ impl SendBuffer {
         Some((first, self.base.sub(1), msg, n as u32))
     }
 
-    /// Doubles the capacity (up to the cap). Returns whether it grew.
+    /// Doubles the capacity (up to the cap). Returns whether it grew. The ring follows only
+    /// when what is held outgrows it ([`SendBuffer::reserve`]).
     pub fn grow(&mut self) -> bool {
         if self.cap >= self.max_cap {
             return false;
         }
-        let new_cap = (self.cap * 2).min(self.max_cap);
-        let mut data = vec![0u8; new_cap * self.slot_size];
-        let mut meta = vec![EMPTY; new_cap];
+        self.cap = (self.cap * 2).min(self.max_cap);
+        true
+    }
+
+    /// Makes the ring hold at least `pkts` packets (at most the capacity): doubles it, laying
+    /// the held packets out from slot 0.
+    fn reserve(&mut self, pkts: usize) {
+        let pkts = pkts.min(self.cap);
+        if pkts <= self.ring {
+            return;
+        }
+        let mut ring = self.ring.max(1);
+        while ring < pkts {
+            ring *= 2;
+        }
+        let ring = ring.min(self.cap);
+        let mut data = vec![0u8; ring * self.slot_size];
+        let mut meta = vec![EMPTY; ring];
         for k in 0..self.len {
             let i = self.idx(k);
             let len = self.meta[i].len as usize;
@@ -474,9 +506,8 @@ impl SendBuffer {
         }
         self.data = data;
         self.meta = meta;
-        self.cap = new_cap;
+        self.ring = ring;
         self.head = 0;
-        true
     }
 }
 
@@ -688,6 +719,35 @@ mod tests {
                 proptest::prop_assert_eq!(held(&b), stream[acked..].to_vec());
                 proptest::prop_assert_eq!(b.bytes() as usize, stream.len() - acked);
             }
+        }
+    }
+
+    #[test]
+    fn a_steady_flow_cycles_through_a_small_ring_and_a_backlog_grows_it() {
+        let isn = SeqNo::new(SeqNo::MAX - 3);
+        let mut b = SendBuffer::new(4, 8192, 8192, isn);
+        assert_eq!(b.ring, INITIAL_RING);
+        // 10,000 messages, 20 in flight at a time: the ring never grows.
+        for k in 0..10_000u32 {
+            b.push_message(&k.to_be_bytes(), 0).unwrap();
+            let s = b.next_unsent();
+            b.mark_sent(s, 1, false);
+            if b.in_flight() > 20 {
+                b.ack(b.base().add(1));
+            }
+        }
+        assert_eq!(b.ring, INITIAL_RING);
+        let first = 10_000 - b.len() as u32;
+        // A backlog of 1,100 more (the receiver stalls): the ring doubles to hold it, the
+        // packets held stay in order, and the capacity is what it was.
+        for k in 10_000..11_100u32 {
+            b.push_message(&k.to_be_bytes(), 0).unwrap();
+        }
+        assert_eq!(b.ring, 2048);
+        assert_eq!(b.cap(), 8192);
+        for (i, k) in (first..11_100).enumerate() {
+            let (_, p) = b.get(b.base().add(i as u32)).unwrap();
+            assert_eq!(p, k.to_be_bytes());
         }
     }
 
