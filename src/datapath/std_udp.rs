@@ -4,11 +4,10 @@
 //! the engine's pacing deadlines (`SO_RCVTIMEO` would round them up to scheduler ticks, which
 //! throttled a paced sender to a fraction of its rate).
 
-use super::{Datapath, DatapathStats, RxBatch, RxMeta, Tx, Waker, MAX_UDP_PAYLOAD};
+use super::{Datapath, DatapathStats, EventWake, RxBatch, RxMeta, Tx, Waker, MAX_UDP_PAYLOAD};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Linux `ENOBUFS`.
@@ -22,8 +21,7 @@ const RX_BUF: usize = 1 << 20;
 #[derive(Debug)]
 pub struct StdUdp {
     sock: UdpSocket,
-    waker_sock: Arc<UdpSocket>,
-    waker_addr: SocketAddr,
+    wake: EventWake,
     stats: DatapathStats,
     rx_buf: Vec<u8>,
     rx_metas: Vec<RxMeta>,
@@ -33,31 +31,37 @@ impl StdUdp {
     /// Binds `addr` with large socket buffers (silently smaller if the kernel refuses).
     pub fn bind(addr: SocketAddr) -> io::Result<Self> {
         let sock = super::bind_udp(addr)?;
-        let local = sock.local_addr()?;
-        let (waker_sock, waker_addr) = Waker::socket_for(local)?;
         Ok(StdUdp {
             sock,
-            waker_sock,
-            waker_addr,
+            wake: EventWake::new()?,
             stats: DatapathStats::default(),
             rx_buf: vec![0; RX_BUF],
             rx_metas: Vec::with_capacity(RX_BATCH),
         })
     }
 
-    /// Waits until the socket is readable (or writable with `out`), at most `timeout`.
-    /// Returns false on timeout.
-    fn wait(&mut self, out: bool, timeout: Option<Duration>) -> io::Result<bool> {
+    /// Waits until the socket is writable, or (without `out`) readable or woken, at most
+    /// `timeout`. Returns what happened.
+    fn wait(&mut self, out: bool, timeout: Option<Duration>) -> io::Result<Ready> {
         let flags = if out { PollFlags::OUT } else { PollFlags::IN };
         let ts = timeout.map(|t| Timespec {
             tv_sec: t.as_secs() as _,
             tv_nsec: t.subsec_nanos() as _,
         });
-        let mut fds = [PollFd::new(&self.sock, flags)];
+        let mut fds = [
+            PollFd::new(&self.sock, flags),
+            PollFd::from_borrowed_fd(self.wake.fd(), PollFlags::IN),
+        ];
+        let n = if out { 1 } else { 2 };
         self.stats.syscalls += 1;
-        match poll(&mut fds, ts.as_ref()) {
-            Ok(n) => Ok(n > 0),
-            Err(rustix::io::Errno::INTR) => Ok(true),
+        match poll(&mut fds[..n], ts.as_ref()) {
+            Ok(0) => Ok(Ready::TimedOut),
+            Ok(_) if n == 2 && !fds[1].revents().is_empty() => {
+                self.wake.clear();
+                Ok(Ready::Woken)
+            }
+            // Ready (or an error to collect by the next call).
+            Ok(_) | Err(rustix::io::Errno::INTR) => Ok(Ready::Socket),
             Err(e) => Err(e.into()),
         }
     }
@@ -70,7 +74,6 @@ impl StdUdp {
                 .sock
                 .recv_from(&mut self.rx_buf[at..at + MAX_UDP_PAYLOAD])
             {
-                Ok((0, src)) if src == self.waker_addr => return Ok(Rx::Woken),
                 Ok((len, src)) => {
                     self.stats.received += 1;
                     return Ok(Rx::Got(len, src));
@@ -88,6 +91,13 @@ impl StdUdp {
             }
         }
     }
+}
+
+/// What a wait ended with.
+enum Ready {
+    Socket,
+    TimedOut,
+    Woken,
 }
 
 /// Outcome of one receive call.
@@ -140,8 +150,8 @@ impl Datapath for StdUdp {
 
     fn recv(&mut self, timeout: Option<Duration>) -> io::Result<RxBatch<'_>> {
         self.rx_metas.clear();
-        // First datagram: try without waiting, then wait if allowed. A waker datagram ends
-        // the call: the caller has new work.
+        // First datagram: try without waiting, then wait if allowed. A wake ends the call:
+        // the caller has new work.
         let deadline = timeout.map(|t| Instant::now() + t);
         let first = loop {
             match self.recv_one(0)? {
@@ -155,8 +165,10 @@ impl Datapath for StdUdp {
                 },
                 None => None,
             };
-            if !self.wait(false, wait)? {
-                break Rx::Empty;
+            match self.wait(false, wait)? {
+                Ready::Socket => {}
+                Ready::TimedOut => break Rx::Empty,
+                Ready::Woken => break Rx::Woken,
             }
         };
         let Rx::Got(len, src) = first else {
@@ -190,12 +202,41 @@ impl Datapath for StdUdp {
     }
 
     fn waker(&self) -> io::Result<Waker> {
-        let local = self.sock.local_addr()?;
-        let target = SocketAddr::new(self.waker_addr.ip(), local.port());
-        Ok(Waker::new(self.waker_sock.clone(), target))
+        Ok(self.wake.waker())
     }
 
     fn stats(&self) -> DatapathStats {
         self.stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{Ipv4Addr, UdpSocket};
+
+    #[test]
+    fn a_wake_ends_a_blocked_receive_once() {
+        let mut a = StdUdp::bind((Ipv4Addr::LOCALHOST, 0).into()).unwrap();
+        let w = a.waker().unwrap();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            w.wake();
+        });
+        let start = Instant::now();
+        assert!(a.recv(Some(Duration::from_secs(10))).unwrap().is_empty());
+        assert!(start.elapsed() < Duration::from_secs(2));
+        t.join().unwrap();
+        let start = Instant::now();
+        assert!(a.recv(Some(Duration::from_millis(30))).unwrap().is_empty());
+        assert!(start.elapsed() >= Duration::from_millis(30));
+        // Datagrams, 0-byte ones included, are data whoever sends them.
+        let peer = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let to = a.local_addr().unwrap();
+        peer.send_to(b"x", to).unwrap();
+        peer.send_to(&[], to).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let b = a.recv(Some(Duration::from_secs(1))).unwrap();
+        assert_eq!(b.len(), 2);
     }
 }

@@ -2,8 +2,8 @@
 //! on send, UDP_GRO on receive), and a MSG_ZEROCOPY variant.
 //!
 //! [`Mmsg`] and [`MsgZerocopy`] implement [`Datapath`] with the conventions of the portable
-//! backend: a non-blocking socket, waits with `ppoll(2)` (precise timeouts), a waker that
-//! sends a 0-byte datagram from a separate loopback socket, and every system call counted.
+//! backend: a non-blocking socket, waits with `ppoll(2)` (precise timeouts) on the socket and
+//! an eventfd the waker writes, and every system call counted.
 //!
 //! Calling protocol, as for every datapath:
 //! - `send(buf, txs)`: each [`Tx`] run becomes one message (GSO: the whole run with a
@@ -30,15 +30,14 @@
 
 use super::zerocopy::{Completions, SO_ZEROCOPY};
 use crate::datapath::{
-    Datapath, DatapathStats, RxBatch, RxMeta, RxSplit, Tx, TxGather, Waker, MAX_UDP_PAYLOAD,
-    SPLIT_HEAD,
+    Datapath, DatapathStats, EventWake, RxBatch, RxMeta, RxSplit, Tx, TxGather, Waker,
+    MAX_UDP_PAYLOAD, SPLIT_HEAD,
 };
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use serde::Serialize;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd};
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Messages per `sendmmsg` call.
@@ -243,8 +242,7 @@ forward_datapath!(MsgZerocopy, |_: &Core| "msg-zc");
 struct Core {
     sock: UdpSocket,
     v6: bool,
-    waker_sock: Arc<UdpSocket>,
-    waker_addr: SocketAddr,
+    wake: EventWake,
     /// Runs go out as one UDP_SEGMENT message (until the kernel refuses).
     gso: bool,
     /// UDP_GRO was enabled at bind, and whether it is on now (split receives turn it off:
@@ -396,12 +394,10 @@ impl Core {
             None
         };
         let local = sock.local_addr()?;
-        let (waker_sock, waker_addr) = Waker::socket_for(local)?;
         Ok(Core {
             sock,
             v6: local.is_ipv6(),
-            waker_sock,
-            waker_addr,
+            wake: EventWake::new()?,
             gso,
             gro,
             gro_on: gro,
@@ -435,24 +431,35 @@ impl Core {
     }
 
     fn waker(&self) -> io::Result<Waker> {
-        let local = self.sock.local_addr()?;
-        let target = SocketAddr::new(self.waker_addr.ip(), local.port());
-        Ok(Waker::new(self.waker_sock.clone(), target))
+        Ok(self.wake.waker())
     }
 
     /// Waits for `flags` on the socket, at most `timeout`. Returns the events (empty on
-    /// timeout; POLLERR is reported whatever `flags` says).
-    fn wait(&mut self, flags: PollFlags, timeout: Option<Duration>) -> io::Result<PollFlags> {
+    /// timeout; POLLERR is reported whatever `flags` says). A wait for input also ends when
+    /// the waker is woken: `None` then.
+    fn wait(
+        &mut self,
+        flags: PollFlags,
+        timeout: Option<Duration>,
+    ) -> io::Result<Option<PollFlags>> {
         let ts = timeout.map(|t| Timespec {
             tv_sec: t.as_secs() as _,
             tv_nsec: t.subsec_nanos() as _,
         });
-        let mut fds = [PollFd::new(&self.sock, flags)];
+        let mut fds = [
+            PollFd::new(&self.sock, flags),
+            PollFd::from_borrowed_fd(self.wake.fd(), PollFlags::IN),
+        ];
+        let n = if flags.contains(PollFlags::IN) { 2 } else { 1 };
         self.stats.syscalls += 1;
-        match poll(&mut fds, ts.as_ref()) {
-            Ok(0) => Ok(PollFlags::empty()),
-            Ok(_) => Ok(fds[0].revents()),
-            Err(rustix::io::Errno::INTR) => Ok(flags),
+        match poll(&mut fds[..n], ts.as_ref()) {
+            Ok(0) => Ok(Some(PollFlags::empty())),
+            Ok(_) if n == 2 && !fds[1].revents().is_empty() => {
+                self.wake.clear();
+                Ok(None)
+            }
+            Ok(_) => Ok(Some(fds[0].revents())),
+            Err(rustix::io::Errno::INTR) => Ok(Some(flags)),
             Err(e) => Err(e.into()),
         }
     }
@@ -779,7 +786,8 @@ impl Core {
         self.recv_with(timeout, |c| {
             let n = c.recvmmsg()?;
             let clocks = (Instant::now(), SystemTime::now());
-            Ok(c.unpack(n, clocks) || !c.rx_metas.is_empty())
+            c.unpack(n, clocks);
+            Ok(!c.rx_metas.is_empty())
         })?;
         Ok(RxBatch::new(&self.rx.buf, &self.rx_metas))
     }
@@ -801,11 +809,9 @@ impl Core {
         self.recv_with(timeout, |c| {
             let got = c.recvmmsg_split(&mut heads[..n], &mut bufs[..n])?;
             let clocks = (Instant::now(), SystemTime::now());
-            let mut woken = false;
             for i in 0..got {
                 match c.decode(i, clocks) {
                     Decoded::Skip => {}
-                    Decoded::Woken => woken = true,
                     Decoded::Datagram { src, len, gro, at } => {
                         c.stats.received += gro.map_or(1, |g| len.div_ceil(g)) as u64;
                         c.stats.gro_batches += u64::from(gro.is_some());
@@ -819,7 +825,7 @@ impl Core {
                     }
                 }
             }
-            Ok(woken || !out.is_empty())
+            Ok(!out.is_empty())
         })
     }
 
@@ -834,31 +840,44 @@ impl Core {
         }
     }
 
-    /// Receives with `once` (one non-blocking attempt: `Ok(true)` when it got something or
-    /// was woken, `Ok(false)` to look again at once, or the errno), waiting for the socket
-    /// up to `timeout` while it would block.
+    /// Receives with `once` (one non-blocking attempt: `Ok(true)` when it got something,
+    /// `Ok(false)` to look again at once, or the errno), waiting for the socket up to
+    /// `timeout` while it would block; a wake ends the wait. A call that may wait polls
+    /// first: the I/O thread comes here to sleep, mostly with nothing queued, and a
+    /// `recvmmsg` that finds nothing would be a system call per wake-up for nothing.
     fn recv_with(
         &mut self,
         timeout: Option<Duration>,
         mut once: impl FnMut(&mut Core) -> Result<bool, libc::c_int>,
     ) -> io::Result<()> {
         let deadline = timeout.map(|t| Instant::now() + t);
+        let mut look = timeout.is_some_and(|t| t.is_zero());
+        let mut woken = false;
         loop {
-            match once(self) {
-                Ok(true) => break,
-                // Only truncated or ignored messages: look again.
-                Ok(false) => continue,
-                Err(libc::EAGAIN) => {}
-                Err(libc::EINTR) => continue,
-                // ICMP errors surface on a later call; they concern some earlier send.
-                Err(
-                    libc::ECONNREFUSED | libc::ECONNRESET | libc::EHOSTUNREACH | libc::ENETUNREACH,
-                ) => {
-                    self.stats.recv_errors += 1;
-                    continue;
+            if look {
+                match once(self) {
+                    Ok(true) => break,
+                    // Only truncated or ignored messages: look again.
+                    Ok(false) => continue,
+                    Err(libc::EAGAIN) => {}
+                    Err(libc::EINTR) => continue,
+                    // ICMP errors surface on a later call; they concern some earlier send.
+                    Err(
+                        libc::ECONNREFUSED
+                        | libc::ECONNRESET
+                        | libc::EHOSTUNREACH
+                        | libc::ENETUNREACH,
+                    ) => {
+                        self.stats.recv_errors += 1;
+                        continue;
+                    }
+                    Err(e) => return Err(io::Error::from_raw_os_error(e)),
                 }
-                Err(e) => return Err(io::Error::from_raw_os_error(e)),
+                if woken {
+                    break;
+                }
             }
+            look = true;
             let wait = match deadline {
                 Some(d) => match d.checked_duration_since(Instant::now()) {
                     Some(w) if !w.is_zero() => Some(w),
@@ -866,7 +885,11 @@ impl Core {
                 },
                 None => None,
             };
-            let ev = self.wait(PollFlags::IN, wait)?;
+            let Some(ev) = self.wait(PollFlags::IN, wait)? else {
+                // Woken: the caller has new work. Take what has arrived too, then return.
+                woken = true;
+                continue;
+            };
             if ev.is_empty() {
                 break;
             }
@@ -963,9 +986,9 @@ impl Core {
         }
     }
 
-    /// What received message `i` is: a datagram (or a GRO batch of several), the waker's
-    /// empty datagram, or something to skip (counted). `clocks` are the monotonic and the
-    /// wall clock read together after the receive: kernel timestamps are wall-clock times.
+    /// What received message `i` is: a datagram (or a GRO batch of several) or something
+    /// to skip (counted). `clocks` are the monotonic and the wall clock read together after
+    /// the receive: kernel timestamps are wall-clock times.
     fn decode(&mut self, i: usize, clocks: (Instant, SystemTime)) -> Decoded {
         let h = &self.rx.hdrs[i];
         let len = h.msg_len as usize;
@@ -978,9 +1001,6 @@ impl Core {
         if h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
             self.stats.recv_errors += 1;
             return Decoded::Skip;
-        }
-        if len == 0 && src == self.waker_addr {
-            return Decoded::Woken;
         }
         let ctrl_len = controllen(&h.msg_hdr).min(64);
         let ctrl = &self.rx.ctrls[i].0[..ctrl_len];
@@ -996,17 +1016,11 @@ impl Core {
         Decoded::Datagram { src, len, gro, at }
     }
 
-    /// Turns `n` received messages into batch entries, splitting GRO batches. Returns
-    /// whether a waker datagram was among them.
-    fn unpack(&mut self, n: usize, clocks: (Instant, SystemTime)) -> bool {
-        let mut woken = false;
+    /// Turns `n` received messages into batch entries, splitting GRO batches.
+    fn unpack(&mut self, n: usize, clocks: (Instant, SystemTime)) {
         for i in 0..n {
             let (src, len, gro, at) = match self.decode(i, clocks) {
                 Decoded::Skip => continue,
-                Decoded::Woken => {
-                    woken = true;
-                    continue;
-                }
                 Decoded::Datagram { src, len, gro, at } => (src, len, gro, at),
             };
             let base = i * RX_SLOT;
@@ -1029,14 +1043,12 @@ impl Core {
                 }
             }
         }
-        woken
     }
 }
 
 /// One received message, as [`Core::decode`] reads it.
 enum Decoded {
     Skip,
-    Woken,
     Datagram {
         src: SocketAddr,
         len: usize,
@@ -1650,6 +1662,10 @@ mod tests {
         assert!(start.elapsed() < Duration::from_secs(2));
         t.join().unwrap();
         assert_eq!(a.stats().received, 0);
+        // The wake was used up: the next receive waits its whole timeout again.
+        let start = Instant::now();
+        assert!(a.recv(Some(Duration::from_millis(30))).unwrap().is_empty());
+        assert!(start.elapsed() >= Duration::from_millis(30));
     }
 
     #[test]

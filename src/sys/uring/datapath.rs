@@ -150,7 +150,7 @@ impl Datapath for Uring {
     fn waker(&self) -> io::Result<Waker> {
         let local = self.eng.socket().local_addr()?;
         let target = SocketAddr::new(self.waker_addr.ip(), local.port());
-        Ok(Waker::new(self.waker_sock.clone(), target))
+        Ok(Waker::datagram(self.waker_sock.clone(), target))
     }
 
     fn stats(&self) -> DatapathStats {
