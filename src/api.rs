@@ -552,16 +552,38 @@ impl Connection {
     /// too late to play is dropped first (and counted), so a full buffer means the source
     /// outruns the link: it is held back here, as libsrt's blocking send does.
     pub fn send_message(&self, msg: &[u8]) -> io::Result<()> {
+        self.queue_message(msg)?;
+        self.shared.wake_io();
+        Ok(())
+    }
+
+    /// As [`Connection::send_message`], but the I/O thread is not woken for this message:
+    /// more follow at once, and the caller calls [`Connection::flush`] (or
+    /// [`Connection::send_message`]) after the last of them, so that a burst read from an
+    /// input costs one wake-up of the I/O thread, not one per message. Until then the
+    /// messages wait (at most until the I/O thread's next timer). Waiting for room wakes
+    /// the I/O thread first.
+    pub fn send_message_more(&self, msg: &[u8]) -> io::Result<()> {
+        self.queue_message(msg)
+    }
+
+    /// Sends what [`Connection::send_message_more`] queued: wakes the I/O thread if it
+    /// sleeps.
+    pub fn flush(&self) {
+        self.shared.wake_io();
+    }
+
+    fn queue_message(&self, msg: &[u8]) -> io::Result<()> {
         let mut g = self.shared.lock();
         loop {
             let c = g.ep.conn(self.id).ok_or_else(gone)?;
             match c.send_message(Instant::now(), msg) {
-                Ok(()) => {
-                    drop(g);
+                Ok(()) => return Ok(()),
+                Err(SendError::WouldBlock) => {
+                    // Room comes from acknowledgements, which need what is queued sent.
                     self.shared.wake_io();
-                    return Ok(());
+                    g = self.wait_for(g, WAIT_SLICE, Wait::Write)?;
                 }
-                Err(SendError::WouldBlock) => g = self.wait_for(g, WAIT_SLICE, Wait::Write)?,
                 Err(e) => return Err(send_error(e)),
             }
         }

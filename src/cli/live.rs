@@ -288,6 +288,8 @@ impl SrtEnd {
         let Some(c) = self.conn.take() else {
             return Ok(());
         };
+        // Messages queued with `more` go out before anything waits for them.
+        c.flush();
         let mut result = Ok(());
         if drain {
             result = c.wait_acknowledged(c.peer_latency() + Duration::from_secs(2));
@@ -319,8 +321,7 @@ enum Input {
         limit: usize,
         too_large: u64,
         kernel_drops_at_start: u64,
-        /// When the batch being read began, and when the one before it did.
-        batch: (Option<Instant>, Option<Instant>),
+        batch: UdpBatch,
     },
     Srt(Box<SrtEnd>),
     Reader(Box<dyn Read>, usize),
@@ -407,7 +408,7 @@ fn open_input(spec: &str, common: &Common, registry: &CcRegistry) -> Result<Inpu
             limit: MAX_LIVE_PAYLOAD,
             too_large: 0,
             kernel_drops_at_start: udp_kernel_drops(port).unwrap_or(0),
-            batch: (None, None),
+            batch: UdpBatch::default(),
         });
     }
     Ok(Input::Srt(Box::new(SrtEnd::new(
@@ -521,34 +522,46 @@ impl Input {
     }
 }
 
-/// Reads one datagram from a UDP input: the rest of the batch under way without waiting;
-/// after it, while datagrams come faster than one a [`UDP_BATCH`] on average, the rest of
-/// that time is slept before the next blocking read (see [`UDP_BATCH`]).
-fn udp_read(
-    sock: &UdpSocket,
-    buf: &mut [u8],
-    batch: &mut (Option<Instant>, Option<Instant>),
-) -> io::Result<usize> {
-    if let Some(start) = batch.0 {
+/// Reads one datagram from a UDP input: the rest of the batch under way without waiting,
+/// `WouldBlock` at its end (the caller then sends what it queued). The next read, while
+/// datagrams come faster than one a [`UDP_BATCH`] on average, first sleeps out the rest of
+/// that time, then waits for a datagram.
+fn udp_read(sock: &UdpSocket, buf: &mut [u8], batch: &mut UdpBatch) -> io::Result<usize> {
+    if let Some(start) = batch.start {
         match rustix::net::recv(sock, &mut *buf, rustix::net::RecvFlags::DONTWAIT) {
             Ok((n, _)) => return Ok(n),
             Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => {
                 let busy = batch
-                    .1
+                    .prev
                     .is_some_and(|prev| start.duration_since(prev) < 2 * UDP_BATCH);
-                *batch = (None, Some(start));
-                let until = start + UDP_BATCH;
-                let now = Instant::now();
-                if busy && until > now && !stop_requested() {
-                    std::thread::sleep(until - now);
-                }
+                batch.resume = busy.then_some(start + UDP_BATCH);
+                batch.prev = Some(start);
+                batch.start = None;
+                return Err(io::ErrorKind::WouldBlock.into());
             }
             Err(e) => return Err(e.into()),
         }
     }
+    if let Some(until) = batch.resume.take() {
+        let now = Instant::now();
+        if until > now && !stop_requested() {
+            std::thread::sleep(until - now);
+        }
+    }
     let (n, _) = sock.recv_from(buf)?;
-    batch.0 = Some(Instant::now());
+    batch.start = Some(Instant::now());
     Ok(n)
+}
+
+/// Where a UDP input is in its batches (see [`udp_read`]).
+#[derive(Debug, Default)]
+struct UdpBatch {
+    /// When the batch being read began.
+    start: Option<Instant>,
+    /// When the one before it began.
+    prev: Option<Instant>,
+    /// Sleep until then before the next batch.
+    resume: Option<Instant>,
 }
 
 /// What writing one message to the output gave.
@@ -559,14 +572,21 @@ enum Put {
 }
 
 impl Output {
-    fn write(&mut self, msg: &[u8]) -> io::Result<Put> {
+    /// Writes one message. With `more`, an SRT output leaves it queued until the next
+    /// [`Output::flush`] (more follow at once: a batch costs the I/O thread one wake-up).
+    fn write(&mut self, msg: &[u8], more: bool) -> io::Result<Put> {
         match self {
             Output::Udp(s, dst) => s.send_to(msg, *dst).map(|_| Put::Done),
             Output::Srt(end) => {
                 let Some(c) = end.conn.as_ref() else {
                     return Ok(Put::Gone(Gone::Died("not connected".into())));
                 };
-                match c.send_message(msg) {
+                let sent = if more {
+                    c.send_message_more(msg)
+                } else {
+                    c.send_message(msg)
+                };
+                match sent {
                     Ok(()) => Ok(Put::Done),
                     Err(e) => match end.gone() {
                         Some(g) => Ok(Put::Gone(g)),
@@ -591,7 +611,13 @@ impl Output {
                 *flushed = Instant::now();
                 w.flush()
             }
-            _ => Ok(()),
+            Output::Srt(end) => {
+                if let Some(c) = &end.conn {
+                    c.flush();
+                }
+                Ok(())
+            }
+            Output::Udp(..) => Ok(()),
         }
     }
 }
@@ -685,7 +711,9 @@ pub(super) fn run(
             Got::Msg(len) => {
                 n.msgs += 1;
                 n.bytes += len as u64;
-                match out.write(&buf[..len]) {
+                // A UDP input ends each batch with `Idle`, which flushes.
+                let more = matches!(inp, Input::Udp { .. });
+                match out.write(&buf[..len], more) {
                     Ok(Put::Done) => {}
                     Ok(Put::Gone(why)) => {
                         n.no_receiver += 1;
@@ -760,7 +788,7 @@ pub(super) fn run(
             while let Ok(len @ 1..) = c.recv_message_timeout(&mut buf, Duration::from_millis(20)) {
                 n.msgs += 1;
                 n.bytes += len as u64;
-                if !matches!(out.write(&buf[..len]), Ok(Put::Done)) {
+                if !matches!(out.write(&buf[..len], false), Ok(Put::Done)) {
                     n.no_receiver += 1;
                 }
             }
