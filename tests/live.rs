@@ -1478,6 +1478,42 @@ fn killed_caller_with_once_exits_nonzero() {
     );
 }
 
+/// A sender whose input has gone silent still notices that its receiver died: the
+/// receiver is SIGKILLed after the stream pauses, and the sender (which has nothing to
+/// write, so no failed send tells it) exits non-zero within SRT's idle timeout instead of
+/// waiting for input forever.
+#[test]
+fn a_sender_with_a_silent_input_notices_its_receiver_die() {
+    let _serial = serial();
+    let p = port();
+    let mut rx = Peer::spawn(
+        "slipstream live --once (receiver, killed)",
+        command(
+            None,
+            BIN,
+            &strings(&["live", "--once", &format!("srt://:{p}"), "-"]),
+        ),
+    );
+    rx.wait_bound(p, Duration::from_secs(5));
+    let (mut tx, to) = slipstream_caller("slipstream live (sender, input goes silent)", p, &[]);
+    Pacer::start(udp_socket(None, "127.0.0.1:0"), to, 10.0, 0, Some(500)).finish(false);
+    std::thread::sleep(Duration::from_millis(500));
+    rx.signal(Signal::KILL);
+    let killed = Instant::now();
+    let st = tx
+        .wait(Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("the sender kept waiting for input: {e}"));
+    eprintln!("dead receiver noticed after {:.2?}", killed.elapsed());
+    assert!(
+        !st.success(),
+        "the sender exited 0 though its receiver was killed"
+    );
+    assert!(
+        st.code().is_some(),
+        "the sender died of a signal ({st}) instead of exiting"
+    );
+}
+
 /// SIGINT on a streaming sender: it exits 0 with a summary after sending SHUTDOWN, and the
 /// receiver (`--once`, to stdout) sees it and exits 0 at once, not after a 5 s idle timeout;
 /// stdout holds a whole prefix of the stream with everything sent up to 0.3 s before the
