@@ -383,6 +383,18 @@ pub fn send_file(
 ) -> io::Result<SendReport> {
     let ctx = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", path.display()));
     let f = File::open(path).map_err(ctx)?;
+    send_open_file(conn, f, path, progress)
+}
+
+/// As [`send_file`], for a file the caller opened (before connecting, say, so that an
+/// unreadable file fails before the peer is involved); `path` names it in errors.
+pub fn send_open_file(
+    conn: &Connection,
+    f: File,
+    path: &Path,
+    progress: impl FnMut(u64),
+) -> io::Result<SendReport> {
+    let ctx = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", path.display()));
     #[cfg(target_os = "linux")]
     if let Some(map) = MappedFile::open(&f).map_err(ctx)? {
         return send_mapped(conn, map, progress);
@@ -491,22 +503,40 @@ pub fn part_path(out: &Path) -> PathBuf {
 }
 
 /// Receives into `out`: writes `out.part`, syncs it and renames it on success; removes it on
-/// failure. Refuses to replace an existing `out` unless `force`.
+/// failure. Refuses to replace an existing `out` unless `force`, and replaces regular files
+/// only: an existing device, FIFO or socket (`/dev/null`, a named pipe) is written into, as
+/// `cp` and `srt-file-transmit` do, with nothing renamed.
 pub fn recv_file(
     conn: &Connection,
     out: &Path,
     force: bool,
     progress: impl FnMut(u64),
 ) -> io::Result<Verdict> {
-    if !force && out.exists() {
-        return Err(io::Error::new(
-            io::ErrorKind::AlreadyExists,
-            format!("{} exists (use --force to replace it)", out.display()),
-        ));
+    let ctx = |p: &Path, e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", p.display()));
+    match fs::metadata(out) {
+        Ok(m) if !m.is_file() && !m.is_dir() => {
+            let f = fs::OpenOptions::new()
+                .write(true)
+                .open(out)
+                .map_err(|e| ctx(out, e))?;
+            return recv_stream(conn, &f, progress);
+        }
+        Ok(m) if m.is_dir() => {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{} is a directory", out.display()),
+            ));
+        }
+        Ok(_) if !force => {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{} exists (use --force to replace it)", out.display()),
+            ));
+        }
+        _ => {}
     }
     let part = part_path(out);
-    let f = File::create(&part)
-        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", part.display())))?;
+    let f = File::create(&part).map_err(|e| ctx(&part, e))?;
     let result = recv_stream(conn, &f, progress).and_then(|v| {
         f.sync_all()?;
         fs::rename(&part, out)?;

@@ -285,3 +285,107 @@ fn a_sigbus_from_outside_still_kills_the_sender() {
     assert_eq!(status.signal(), Some(libc::SIGBUS), "{status:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// What `recv` cannot write is reported before it listens (no sender needed), and a
+/// `--stats-json` path that cannot be written fails either command before it starts.
+#[test]
+fn unwritable_outputs_fail_before_anything_connects() {
+    let dir = tmpdir("unwritable");
+    let (input, _) = write_input(&dir, 1000);
+    let t0 = std::time::Instant::now();
+    let rx = Command::new(BIN)
+        .args(["recv", "srt://127.0.0.1:9?mode=listener"])
+        .arg(dir.join("missing-dir").join("out.bin"))
+        .args(["--quiet", "--accept-timeout", "30"])
+        .output()
+        .unwrap();
+    assert!(!rx.status.success());
+    assert!(
+        text(&rx.stderr).contains("cannot write") && text(&rx.stderr).contains("missing-dir"),
+        "{}",
+        text(&rx.stderr)
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "recv waited for a sender before checking its output"
+    );
+
+    let bad_json = dir.join("no-such-dir").join("s.json");
+    let rx = Command::new(BIN)
+        .args(["recv", "srt://127.0.0.1:9?mode=listener"])
+        .arg(dir.join("out.bin"))
+        .args(["--quiet", "--accept-timeout", "30", "--stats-json"])
+        .arg(&bad_json)
+        .output()
+        .unwrap();
+    assert!(!rx.status.success());
+    assert!(
+        text(&rx.stderr).contains("--stats-json"),
+        "{}",
+        text(&rx.stderr)
+    );
+    // The sender too, before it tries to connect (nobody listens on port 9).
+    let tx = send(
+        &input,
+        "srt://127.0.0.1:9",
+        &["--stats-json", bad_json.to_str().unwrap()],
+    );
+    assert!(!tx.status.success());
+    let err = text(&tx.stderr);
+    assert!(
+        err.contains("--stats-json") && !err.contains("timed out"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `recv` writes into what is not a regular file (a FIFO here, `/dev/null` alike) instead of
+/// renaming a file over it, and `-` is standard output; both byte-exact and verified.
+#[test]
+fn recv_writes_into_a_fifo_and_to_stdout() {
+    let dir = tmpdir("fifo");
+    let (input, data) = write_input(&dir, 1 << 20);
+    let fifo = dir.join("pipe");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read(fifo).unwrap())
+    };
+    let port = free_port();
+    let rx = spawn_recv(port, &fifo, &[]);
+    let tx = send(&input, &format!("srt://127.0.0.1:{port}"), &[]);
+    let rx = rx.wait_with_output().unwrap();
+    assert!(tx.status.success(), "{}", text(&tx.stderr));
+    assert!(rx.status.success(), "{}", text(&rx.stderr));
+    assert!(text(&rx.stderr).contains("integrity: verified"));
+    assert!(
+        reader.join().unwrap() == data,
+        "the FIFO's reader got other bytes"
+    );
+    assert!(!dir.join("pipe.part").exists());
+    use std::os::unix::fs::FileTypeExt;
+    assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
+
+    let port = free_port();
+    let rx = Command::new(BIN)
+        .args([
+            "recv",
+            &format!("srt://127.0.0.1:{port}?mode=listener"),
+            "-",
+        ])
+        .args(["--quiet", "--accept-timeout", "10"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let tx = send(&input, &format!("srt://127.0.0.1:{port}"), &[]);
+    let rx = rx.wait_with_output().unwrap();
+    assert!(tx.status.success(), "{}", text(&tx.stderr));
+    assert!(rx.status.success(), "{}", text(&rx.stderr));
+    assert!(rx.stdout == data, "stdout got {} bytes", rx.stdout.len());
+    let _ = std::fs::remove_dir_all(&dir);
+}

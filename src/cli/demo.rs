@@ -2,7 +2,7 @@
 //! lossy, delayed link ([`Impaired`](crate::datapath::Impaired)), with generated data and an
 //! end-to-end XXH3-128 check.
 
-use super::{conn_config, endpoint_options, progress_bar, CliResult, Common, Summary};
+use super::{conn_config, endpoint_options, progress_bar, CliResult, Common, StatsJson, Summary};
 use crate::api::Endpoint;
 use crate::datapath::Impairment;
 use crate::transfer::{self, Verdict};
@@ -54,6 +54,7 @@ pub(super) fn run(
     if !(0.0..100.0).contains(&loss_pct) {
         return Err("--loss must be a percentage below 100".into());
     }
+    let stats_json = StatsJson::open(common.stats_json.as_deref())?;
     let bytes = size_mib << 20;
     let imp = match &common.netem {
         Some(spec) => Impairment::parse(spec).map_err(|e| format!("--netem: {e}"))?,
@@ -130,7 +131,7 @@ pub(super) fn run(
             "simulated link (sender side): {} datagrams dropped, {} delivered",
             dp.impaired_lost, dp.impaired_delivered
         );
-        sum.write_json(common.stats_json.as_deref(), Some(&tx_ep))?;
+        sum.write_json(&stats_json, Some(&tx_ep));
         if ok {
             Ok(())
         } else {

@@ -18,7 +18,7 @@
 //!   non-zero exit. `-s MS` prints statistics while running.
 
 use super::uri::{Uri, UriMode, MAX_LIVE_PAYLOAD};
-use super::{any_addr_for, conn_config, endpoint_options, CliResult, Common};
+use super::{any_addr_for, conn_config, endpoint_options, CliResult, Common, StatsJson};
 use crate::api::{Connection, Endpoint, EndpointOptions};
 use clap::ValueEnum;
 use slipstream_proto::cc::CcRegistry;
@@ -642,6 +642,7 @@ pub(super) fn run(
     common: &Common,
     registry: &CcRegistry,
 ) -> CliResult {
+    let stats_json = StatsJson::open(common.stats_json.as_deref())?;
     #[cfg(unix)]
     if let Err(e) = crate::sys::signal::install_stop_handler() {
         eprintln!("slipstream: warning: no SIGINT/SIGTERM handler: {e}");
@@ -827,7 +828,7 @@ pub(super) fn run(
     let (snd, rcv) = (srt_tally(&out), srt_tally_in(&inp));
     let lost = summarize(&n, secs, stopped_by, snd.as_ref(), rcv.as_ref());
     write_json(
-        common,
+        &stats_json,
         &n,
         secs,
         snd.as_ref(),
@@ -835,7 +836,7 @@ pub(super) fn run(
         lost,
         &out,
         &inp,
-    )?;
+    );
     if let Some(f) = failure {
         return Err(f);
     }
@@ -968,7 +969,7 @@ fn summarize(
 
 #[allow(clippy::too_many_arguments)]
 fn write_json(
-    common: &Common,
+    out_json: &StatsJson,
     n: &Counts,
     secs: f64,
     snd: Option<&Tally>,
@@ -976,10 +977,7 @@ fn write_json(
     lost: u64,
     out: &Output,
     inp: &Input,
-) -> CliResult {
-    let Some(path) = common.stats_json.as_deref() else {
-        return Ok(());
-    };
+) {
     let last = |end: Option<&SrtEnd>| end.and_then(|e| e.last);
     let out_end = match out {
         Output::Srt(e) => Some(&**e),
@@ -1002,8 +1000,7 @@ fn write_json(
         // The last session's own statistics (as `send` and `recv` report them).
         "connection": last(in_end).or(last(out_end)),
     });
-    let text = serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?;
-    std::fs::write(path, text + "\n").map_err(|e| format!("{}: {e}", path.display()))
+    out_json.write(&v);
 }
 
 /// One periodic report per connected SRT end.

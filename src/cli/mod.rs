@@ -18,7 +18,7 @@ use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use slipstream_proto::cc::CcRegistry;
 use slipstream_proto::conn::{ConnConfig, ConnStats, MaxBw, Mode};
-use std::io::IsTerminal;
+use std::io::{self, IsTerminal};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -50,7 +50,8 @@ struct Common {
     /// libsrt), "live" (default in live mode), or any the application registered.
     #[arg(long, value_name = "NAME")]
     cc: Option<String>,
-    /// Maximum segment size in bytes (IP packet size), default 1500.
+    /// Maximum segment size in bytes (IP packet size). Default: the path MTU for files (64 KiB
+    /// over loopback, 1500 over Ethernet), 1500 in live mode.
     #[arg(long, value_name = "BYTES")]
     mss: Option<u32>,
     /// Impair outgoing datagrams, e.g. "loss=2%,delay=20ms" (also jitter, reorder, dup,
@@ -419,6 +420,40 @@ fn gbps(bytes: u64, secs: f64) -> f64 {
     }
 }
 
+/// Where `--stats-json` goes: created before any work (a path that cannot be written fails
+/// the command before it starts), written at the end. A failure to write then is a warning:
+/// statistics never change a transfer's verdict or exit status.
+pub(super) struct StatsJson(Option<PathBuf>);
+
+impl StatsJson {
+    pub(super) fn open(path: Option<&Path>) -> Result<Self, String> {
+        if let Some(p) = path {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(p)
+                .map_err(|e| format!("--stats-json {}: {e}", p.display()))?;
+        }
+        Ok(StatsJson(path.map(Path::to_path_buf)))
+    }
+
+    pub(super) fn write(&self, v: &serde_json::Value) {
+        let Some(p) = &self.0 else {
+            return;
+        };
+        let written = serde_json::to_string_pretty(v)
+            .map_err(|e| e.to_string())
+            .and_then(|t| std::fs::write(p, t + "\n").map_err(|e| e.to_string()));
+        if let Err(e) = written {
+            eprintln!(
+                "slipstream: warning: statistics not written to {}: {e}",
+                p.display()
+            );
+        }
+    }
+}
+
 /// What a transfer reports at the end.
 struct Summary<'a> {
     role: &'a str,
@@ -451,10 +486,7 @@ impl Summary<'_> {
         );
     }
 
-    fn write_json(&self, path: Option<&Path>, ep: Option<&Endpoint>) -> CliResult {
-        let Some(path) = path else {
-            return Ok(());
-        };
+    fn write_json(&self, out: &StatsJson, ep: Option<&Endpoint>) {
         let v = serde_json::json!({
             "role": self.role,
             "bytes": self.bytes,
@@ -471,8 +503,7 @@ impl Summary<'_> {
                 "stats": e.datapath_stats(),
             })),
         });
-        let text = serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?;
-        std::fs::write(path, text + "\n").map_err(|e| format!("{}: {e}", path.display()))
+        out.write(&v);
     }
 }
 
@@ -481,10 +512,16 @@ fn cmd_send(file: &Path, uri: &str, common: &Common, registry: &CcRegistry) -> C
     if uri.scheme != "srt" {
         return Err("send needs an srt:// destination".into());
     }
-    let meta = std::fs::metadata(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    // Opened before connecting: an unreadable file fails here, not at the receiver as a
+    // truncated transfer.
+    let f = std::fs::File::open(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let meta = f
+        .metadata()
+        .map_err(|e| format!("{}: {e}", file.display()))?;
     if !meta.is_file() {
         return Err(format!("{} is not a regular file", file.display()));
     }
+    let stats_json = StatsJson::open(common.stats_json.as_deref())?;
     let mut cfg = conn_config(Mode::File, &uri, common, registry)?;
     let sid = uri
         .stream_id
@@ -494,7 +531,7 @@ fn cmd_send(file: &Path, uri: &str, common: &Common, registry: &CcRegistry) -> C
     let (ep, conn) = open(&uri, cfg, endpoint_options(common, registry)?, None)?;
     let pb = progress_bar(common, Some(meta.len()));
     let t0 = Instant::now();
-    let result = transfer::send_file(&conn, file, |n| pb.set_position(n));
+    let result = transfer::send_open_file(&conn, f, file, |n| pb.set_position(n));
     let secs = t0.elapsed().as_secs_f64();
     pb.finish_and_clear();
     let stats = conn.stats().ok();
@@ -519,7 +556,8 @@ fn cmd_send(file: &Path, uri: &str, common: &Common, registry: &CcRegistry) -> C
                 conn: stats,
             };
             s.print();
-            s.write_json(common.stats_json.as_deref(), Some(&ep))
+            s.write_json(&stats_json, Some(&ep));
+            Ok(())
         }
         Err(e) => {
             if let Some(s) = stats {
@@ -549,6 +587,38 @@ fn file_name_from_stream_id(sid: &str) -> Result<String, String> {
     Ok(name)
 }
 
+/// Whether `recv` can write OUT: into it (a directory), over or into it (an existing file,
+/// device or FIFO), or a new file in its directory.
+fn check_writable(out: &Path, into_dir: bool) -> CliResult {
+    use rustix::fs::{access, Access};
+    let (what, mode) = if into_dir {
+        (out.to_path_buf(), Access::WRITE_OK | Access::EXEC_OK)
+    } else if out.metadata().is_ok_and(|m| !m.is_file()) {
+        (out.to_path_buf(), Access::WRITE_OK)
+    } else {
+        let dir = match out.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        if !dir.is_dir() {
+            return Err(format!(
+                "cannot write {}: {} is not a directory",
+                out.display(),
+                dir.display()
+            ));
+        }
+        (dir, Access::WRITE_OK | Access::EXEC_OK)
+    };
+    access(&what, mode).map_err(|e| {
+        format!(
+            "cannot write {}: {}: {}",
+            out.display(),
+            what.display(),
+            io::Error::from(e)
+        )
+    })
+}
+
 fn cmd_recv(
     uri: &str,
     out: &Path,
@@ -561,12 +631,19 @@ fn cmd_recv(
     if uri.scheme != "srt" {
         return Err("recv needs an srt:// source".into());
     }
+    let stats_json = StatsJson::open(common.stats_json.as_deref())?;
+    let to_stdout = out == Path::new("-");
     let into_dir = out.is_dir();
-    if !into_dir && out.exists() && !force {
+    let regular = out.metadata().is_ok_and(|m| m.is_file());
+    if !into_dir && regular && !force {
         return Err(format!(
             "{} exists (use --force to replace it)",
             out.display()
         ));
+    }
+    // Checked before listening: a sender should not connect to a receiver that cannot write.
+    if !to_stdout {
+        check_writable(out, into_dir)?;
     }
     let cfg = conn_config(Mode::File, &uri, common, registry)?;
     let (ep, conn) = open(
@@ -575,7 +652,9 @@ fn cmd_recv(
         endpoint_options(common, registry)?,
         accept_timeout,
     )?;
-    let path = if into_dir {
+    let path = if to_stdout {
+        out.to_path_buf()
+    } else if into_dir {
         let sid = conn
             .stream_id_str()
             .ok_or("the sender gave no stream id; give OUT as a file name")?;
@@ -585,7 +664,11 @@ fn cmd_recv(
     };
     let pb = progress_bar(common, None);
     let t0 = Instant::now();
-    let result = transfer::recv_file(&conn, &path, force, |n| pb.set_position(n));
+    let result = if to_stdout {
+        transfer::recv_stream(&conn, io::stdout().lock(), |n| pb.set_position(n))
+    } else {
+        transfer::recv_file(&conn, &path, force, |n| pb.set_position(n))
+    };
     let secs = t0.elapsed().as_secs_f64();
     pb.finish_and_clear();
     let stats = conn.stats().ok();
@@ -617,7 +700,8 @@ fn cmd_recv(
             };
             s.print();
             eprintln!("wrote {}", path.display());
-            s.write_json(common.stats_json.as_deref(), Some(&ep))
+            s.write_json(&stats_json, Some(&ep));
+            Ok(())
         }
         Err(e) => Err(format!(
             "receive failed, {} not written: {e}",
