@@ -624,11 +624,10 @@ impl Endpoint {
             snd_latency_us = snd_latency_us.max(u64::from(req.recv_tsbpd_delay_ms) * 1000);
         }
         let ms = |us: u64| (us / 1000).min(u64::from(u16::MAX)) as u16;
-        let digest = cfg.file_digest
-            && hs
-                .ext
-                .slipstream
-                .is_some_and(|s| s.flags & SlipstreamExt::FILE_DIGEST != 0);
+        let file_ext = match (&hs.ext.slipstream, cfg.file_digest) {
+            (Some(s), true) => SlipstreamExt::agreed(SlipstreamExt::FILE_FLAGS, s.flags),
+            _ => 0,
+        };
         let mut ext = HsExtensions {
             hsrsp: Some(SrtHs {
                 version: SRT_VERSION,
@@ -644,10 +643,10 @@ impl Endpoint {
             ext.congestion = Some(b"file".to_vec());
             ext_field |= HS_EXT_CONFIG;
         }
-        if digest {
+        if file_ext != 0 {
             ext.slipstream = Some(SlipstreamExt {
                 version: 1,
-                flags: SlipstreamExt::FILE_DIGEST,
+                flags: file_ext,
             });
             ext_field |= HS_EXT_CONFIG;
         }
@@ -675,7 +674,7 @@ impl Endpoint {
             latency_us,
             snd_latency_us,
             peer_stream_id: hs.ext.stream_id.clone(),
-            digest_agreed: digest,
+            file_ext,
             peer_ts: ts,
             response,
         };

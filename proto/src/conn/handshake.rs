@@ -146,7 +146,7 @@ impl Connection {
         c.latency_us = acc.latency_us;
         c.snd_latency_us = acc.snd_latency_us;
         c.peer_stream_id = acc.peer_stream_id;
-        c.digest_agreed = acc.digest_agreed;
+        c.file_ext = acc.file_ext;
         c.tsbpd_offset_us = -(i64::from(acc.peer_ts));
         c.pending.handshake = true;
         c.establish(0, Event::Accepted);
@@ -187,7 +187,7 @@ impl Connection {
             if self.cfg.file_digest {
                 ext.slipstream = Some(SlipstreamExt {
                     version: 1,
-                    flags: SlipstreamExt::FILE_DIGEST,
+                    flags: SlipstreamExt::FILE_FLAGS,
                 });
             }
             ext_field = HS_EXT_HSREQ;
@@ -295,11 +295,10 @@ impl Connection {
                     self.latency_us = (self.cfg.latency.as_micros() as u64).max(rcv);
                     self.snd_latency_us = (self.cfg.peer_latency().as_micros() as u64).max(snd);
                 }
-                self.digest_agreed = self.cfg.file_digest
-                    && hs
-                        .ext
-                        .slipstream
-                        .is_some_and(|s| s.flags & SlipstreamExt::FILE_DIGEST != 0);
+                self.file_ext = match (&hs.ext.slipstream, self.cfg.file_digest) {
+                    (Some(s), true) => SlipstreamExt::agreed(SlipstreamExt::FILE_FLAGS, s.flags),
+                    _ => 0,
+                };
                 self.tsbpd_offset_us = now_us as i64 - i64::from(ts);
                 // The conclusion exchange is a round trip: a first RTT sample before any data,
                 // so the retransmission timer is sane on long paths from the start. Not when

@@ -182,7 +182,8 @@ pub struct Connection {
     /// The peer's receiving latency (live mode): what the sender's too-late drop allows.
     snd_latency_us: u64,
     peer_stream_id: Option<Vec<u8>>,
-    digest_agreed: bool,
+    /// Agreed [`SlipstreamExt`](crate::wire::SlipstreamExt) file flags.
+    file_ext: u32,
     hs: handshake::HsState,
 
     // Sender.
@@ -311,7 +312,8 @@ pub(crate) struct Accepted {
     pub latency_us: u64,
     pub snd_latency_us: u64,
     pub peer_stream_id: Option<Vec<u8>>,
-    pub digest_agreed: bool,
+    /// Agreed [`SlipstreamExt`](crate::wire::SlipstreamExt) file flags.
+    pub file_ext: u32,
     pub peer_ts: u32,
     pub response: Handshake,
 }
@@ -345,7 +347,7 @@ impl Connection {
             latency_us: cfg.latency.as_micros() as u64,
             snd_latency_us: cfg.peer_latency().as_micros() as u64,
             peer_stream_id: None,
-            digest_agreed: false,
+            file_ext: 0,
             hs,
             isn,
             // Buffers are sized for the configured MSS and re-created if negotiation lowers it.
@@ -540,7 +542,12 @@ impl Connection {
     }
     /// Both ends are slipstream and agreed on the end-to-end file digest trailer.
     pub fn digest_agreed(&self) -> bool {
-        self.digest_agreed
+        self.file_ext & crate::wire::SlipstreamExt::FILE_DIGEST != 0
+    }
+    /// Both ends agreed that a file's stream starts with its length and that the receiver
+    /// answers with its verdict (see [`SlipstreamExt::FILE_VERDICT`](crate::wire::SlipstreamExt::FILE_VERDICT)).
+    pub fn verdict_agreed(&self) -> bool {
+        self.file_ext & crate::wire::SlipstreamExt::FILE_VERDICT != 0
     }
     /// Negotiated TSBPD latency of this end's receiving direction.
     pub fn latency(&self) -> Duration {

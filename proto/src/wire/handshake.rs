@@ -156,6 +156,23 @@ impl SlipstreamExt {
     /// stood for an earlier BLAKE3 trailer; it is retired, so an end that still offers only it
     /// agrees on no digest (its transfers are reported unverified, never misjudged).
     pub const FILE_DIGEST: u32 = 0x2;
+    /// With [`FILE_DIGEST`](Self::FILE_DIGEST): the file's byte stream starts with a header
+    /// giving its length, and the receiver answers the trailer with its verdict (committed,
+    /// or why not) on the same connection, so the sender's result is the receiver's.
+    pub const FILE_VERDICT: u32 = 0x4;
+    /// What an end that offers file transfer extensions asks for.
+    pub const FILE_FLAGS: u32 = Self::FILE_DIGEST | Self::FILE_VERDICT;
+
+    /// The file transfer extensions two ends agree on: those both offer, the verdict only
+    /// with the digest.
+    pub fn agreed(ours: u32, theirs: u32) -> u32 {
+        let both = ours & theirs & Self::FILE_FLAGS;
+        if both & Self::FILE_DIGEST == 0 {
+            0
+        } else {
+            both
+        }
+    }
 }
 
 /// Parsed handshake extensions. Bounded: the stream id is at most 512 bytes, the congestion

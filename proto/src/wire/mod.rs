@@ -7,6 +7,7 @@
 
 mod control;
 mod data;
+pub mod file;
 mod handshake;
 
 pub use control::{emit_nak, Ack, AckInfo, LossRanges};
