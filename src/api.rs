@@ -353,6 +353,7 @@ pub struct Connection {
     mode: Mode,
     stream_id: Option<Vec<u8>>,
     digest: bool,
+    verdict: bool,
     latency: Duration,
     peer_latency: Duration,
 }
@@ -367,6 +368,7 @@ impl Connection {
             mode: c.config().mode(),
             stream_id: c.stream_id().map(<[u8]>::to_vec),
             digest: c.digest_agreed(),
+            verdict: c.verdict_agreed(),
             latency: c.latency(),
             peer_latency: c.peer_latency(),
         };
@@ -405,6 +407,11 @@ impl Connection {
     /// Both ends are slipstream and agreed on the end-to-end file digest trailer.
     pub fn digest_agreed(&self) -> bool {
         self.digest
+    }
+    /// Both ends agreed that a file transfer starts with its length and ends with the
+    /// receiver's verdict sent back (see [`crate::transfer`]).
+    pub fn verdict_agreed(&self) -> bool {
+        self.verdict
     }
     /// Negotiated TSBPD latency (live mode) of the direction this end receives.
     pub fn latency(&self) -> Duration {

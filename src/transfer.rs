@@ -16,13 +16,23 @@
 //! digest_speed -- --ignored --nocapture`), which matters when the whole transfer is
 //! CPU-bound. `xxhsum -H2 FILE` (package xxhash) prints the same digest.
 //!
+//! Where both ends also agreed on the receiver's verdict ([`Connection::verdict_agreed`],
+//! every slipstream release since it exists), the stream starts with the content's length,
+//! the receiver stops reading once content and trailer are in (no wait for a SHUTDOWN that
+//! may be lost), commits the file (sync, rename, sync of the directory) and answers
+//! "committed" or why not; the sender succeeds only on "committed" and otherwise fails with
+//! the receiver's reason ([`crate::verdict`]). Without it, a sender's success means that
+//! everything was acknowledged, not that the receiver kept it.
+//!
 //! This module owns the trailer format and the send/receive loops; files are written to
 //! `OUT.part` and renamed only on success.
 
 use crate::api::Connection;
 use crate::proto::conn::State as ConnState;
+use crate::verdict;
 #[cfg(target_os = "linux")]
 use crate::{MappedFile, SharedBytes};
+use slipstream_proto::wire::file::FILE_HEADER_LEN;
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
@@ -137,20 +147,30 @@ pub struct SendReport {
     pub digest_sent: bool,
     /// Whether the content was sent from a mapping of the file ([`send_mapped`]), not read.
     pub mapped: bool,
+    /// Whether the receiver answered that it verified the file and committed it under its
+    /// final name (both ends agreed on the verdict: [`Connection::verdict_agreed`]). When
+    /// agreed, a send that returns `Ok` always has it.
+    pub committed: bool,
 }
 
-/// Feeds the bytes a connection shows its send tap to a shared digest.
+/// Feeds the bytes a connection shows its send tap to a shared digest, after skipping the
+/// first `skip` (the file header, which is not content).
 #[cfg(target_os = "linux")]
 #[derive(Debug)]
-struct DigestTap(Arc<Mutex<Hasher>>);
+struct DigestTap {
+    hasher: Arc<Mutex<Hasher>>,
+    skip: usize,
+}
 
 #[cfg(target_os = "linux")]
 impl crate::SendTap for DigestTap {
     fn sent(&mut self, bytes: &[u8]) {
-        self.0
+        let skipped = self.skip.min(bytes.len());
+        self.skip -= skipped;
+        self.hasher
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .update(bytes);
+            .update(&bytes[skipped..]);
     }
 }
 
@@ -173,12 +193,28 @@ fn send_all(conn: &Connection, mut data: &[u8]) -> io::Result<()> {
 
 /// Sends everything `src` yields, then the trailer if agreed, then closes gracefully. Returns
 /// only when the peer acknowledged everything (`close()` succeeded). `progress` gets the
-/// content bytes queued so far.
+/// content bytes queued so far. Its length being unknown, the receiver cannot answer with a
+/// verdict (see [`send_file`]).
 pub fn send_stream<R: Read>(
     conn: &Connection,
+    src: R,
+    progress: impl FnMut(u64),
+) -> io::Result<SendReport> {
+    send_reader(conn, src, None, progress)
+}
+
+/// [`send_stream`] for `len` bytes, if known: with an agreed verdict, the stream starts
+/// with the length (a source that yields another length fails the transfer) and ends with
+/// the receiver's verdict.
+fn send_reader<R: Read>(
+    conn: &Connection,
     mut src: R,
+    len: Option<u64>,
     mut progress: impl FnMut(u64),
 ) -> io::Result<SendReport> {
+    if conn.verdict_agreed() {
+        verdict::send_header(conn, len.unwrap_or(verdict::UNKNOWN_LEN))?;
+    }
     let mut hasher = Hasher::new();
     let mut total = 0u64;
     loop {
@@ -202,11 +238,21 @@ pub fn send_stream<R: Read>(
         if n == 0 {
             break;
         }
+        if len.is_some_and(|l| total + n as u64 > l) {
+            break;
+        }
         conn.send_chunk(chunk, n)?;
         total += n as u64;
         progress(total);
     }
-    finish_send(conn, total, hasher.finalize(), |_| Ok(()))
+    if let Some(l) = len.filter(|&l| l != total) {
+        conn.abort();
+        return Err(io::Error::other(format!(
+            "the file changed size while being sent ({l} bytes when opened, {total} read \
+             or more): the transfer is incomplete"
+        )));
+    }
+    finish_send(conn, total, hasher.finalize(), len.is_some(), |_| Ok(()))
 }
 
 /// Sends a mapped file's bytes from the page cache where they lie (no copy of our own: the
@@ -229,7 +275,22 @@ pub fn send_mapped(
     let bytes = (*map).as_ref();
     let step = conn.chunk_len()?.max(1);
     let hasher = Arc::new(Mutex::new(Hasher::new()));
-    conn.set_send_tap(Box::new(DigestTap(hasher.clone())), bytes.len() as u64)?;
+    // The header goes first and the tap sees it too (it is set before anything is queued,
+    // so it sees the stream from its start), skipping it.
+    let skip = if conn.verdict_agreed() {
+        FILE_HEADER_LEN
+    } else {
+        0
+    };
+    let tap = DigestTap {
+        hasher: hasher.clone(),
+        skip,
+    };
+    let tapped = (skip + bytes.len()) as u64;
+    conn.set_send_tap(Box::new(tap), tapped)?;
+    if skip > 0 {
+        verdict::send_header(conn, bytes.len() as u64)?;
+    }
     let mut off = 0;
     while off < bytes.len() {
         let end = bytes.len().min(off + step);
@@ -239,7 +300,7 @@ pub fn send_mapped(
         progress(off as u64);
     }
     // Every byte hashed (sent once): the digest is complete.
-    conn.wait_tapped(bytes.len() as u64, ACK_IDLE)?;
+    conn.wait_tapped(tapped, ACK_IDLE)?;
     let hash = hasher.lock().unwrap_or_else(|e| e.into_inner()).finalize();
     // Before the trailer, any change of size fails the transfer (what was sent is no longer
     // the file). After it, only shrinking matters: until everything is acknowledged the
@@ -257,7 +318,7 @@ pub fn send_mapped(
         r => r.map(drop),
     };
     same_size(false)?;
-    let report = finish_send(conn, bytes.len() as u64, hash, same_size)?;
+    let report = finish_send(conn, bytes.len() as u64, hash, true, same_size)?;
     Ok(SendReport {
         mapped: true,
         ..report
@@ -267,10 +328,13 @@ pub fn send_mapped(
 /// Sends the trailer (if agreed) for `total` bytes hashing to `hash`, waits for everything
 /// to be acknowledged and closes. `check` runs whenever acknowledgements stall for a while
 /// (told whether the trailer went out) and ends the wait with its error.
+/// With an agreed verdict and a `known_len` header, it then waits for the receiver's verdict
+/// and fails with its reason unless the receiver committed the file.
 fn finish_send(
     conn: &Connection,
     total: u64,
     hash: Digest,
+    known_len: bool,
     check: impl Fn(bool) -> io::Result<()>,
 ) -> io::Result<SendReport> {
     let digest_sent = conn.digest_agreed();
@@ -279,11 +343,15 @@ fn finish_send(
     }
     // The engine's linger bounds close() in absolute time; a slow but progressing transfer
     // must not fail on it, so wait for the acknowledgements first and judge by progress.
+    let committed = conn.verdict_agreed() && known_len;
     let mut left = u64::MAX;
     let mut progress_at = Instant::now();
     loop {
         match conn.wait_acknowledged(STALL_CHECK) {
             Ok(()) => break,
+            // The receiver answers once it has everything and may close before this end
+            // heard the last acknowledgement: its verdict, if it sent one, is the outcome.
+            Err(_) if committed && matches!(conn.state()?, ConnState::Closed(_)) => break,
             // A connection that ended (peer idle, say) also reads as timed out: not a stall.
             Err(e) if matches!(conn.state()?, ConnState::Closed(_)) => return Err(e),
             Err(e) if e.kind() == io::ErrorKind::TimedOut => {
@@ -301,12 +369,22 @@ fn finish_send(
             Err(e) => return Err(e),
         }
     }
-    conn.close()?;
+    if committed {
+        verdict::read_verdict(conn).map_err(|why| {
+            conn.abort();
+            io::Error::other(why)
+        })?;
+        // The receiver closes once its verdict is acknowledged; its SHUTDOWN may be lost.
+        let _ = conn.close();
+    } else {
+        conn.close()?;
+    }
     Ok(SendReport {
         bytes: total,
         digest: hash,
         digest_sent,
         mapped: false,
+        committed,
     })
 }
 
@@ -395,11 +473,19 @@ pub fn send_open_file(
     progress: impl FnMut(u64),
 ) -> io::Result<SendReport> {
     let ctx = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", path.display()));
-    #[cfg(target_os = "linux")]
-    if let Some(map) = MappedFile::open(&f).map_err(ctx)? {
-        return send_mapped(conn, map, progress);
-    }
-    send_stream(conn, f, progress)
+    let sent = (|| {
+        #[cfg(target_os = "linux")]
+        if let Some(map) = MappedFile::open(&f).map_err(ctx)? {
+            return send_mapped(conn, map, progress);
+        }
+        let len = f.metadata().map_err(ctx)?.len();
+        send_reader(conn, &f, Some(len), progress)
+    })();
+    // A failure at the receiver ends the transfer from there, with its reason.
+    sent.map_err(|e| match verdict::reason_after_failure(conn) {
+        Some(why) => io::Error::other(why),
+        None => e,
+    })
 }
 
 /// Checks a held-back trailer against what was received.
@@ -424,12 +510,42 @@ fn check_trailer(t: &[u8], written: u64, hash: &Digest) -> Result<(), String> {
 /// Receives the whole stream into `dst` and judges it. Fails when the stream ends abnormally
 /// (unless the digest proves it complete) or the digest does not match. `progress` gets the
 /// content bytes written so far.
+///
+/// With an agreed verdict the stream starts with the content's length, the receive ends as
+/// soon as content and trailer are in (the sender sends no SHUTDOWN: it waits for the
+/// verdict), and the sender is told the outcome once `dst` is flushed: written, or why not.
 pub fn recv_stream<W: Write>(
+    conn: &Connection,
+    dst: W,
+    progress: impl FnMut(u64),
+) -> io::Result<Verdict> {
+    let result = recv_unanswered(conn, dst, progress);
+    answer(conn, &result);
+    result
+}
+
+/// Tells the sender the outcome (with an agreed verdict; see [`crate::verdict`]).
+fn answer(conn: &Connection, result: &io::Result<Verdict>) {
+    let reason = result.as_ref().err().map(io::Error::to_string);
+    verdict::send_verdict(conn, reason.as_deref().map_or(Ok(()), Err));
+}
+
+/// [`recv_stream`] without the answer, for a caller that commits what was written first.
+fn recv_unanswered<W: Write>(
     conn: &Connection,
     mut dst: W,
     mut progress: impl FnMut(u64),
 ) -> io::Result<Verdict> {
     let digest = conn.digest_agreed();
+    let expect = if conn.verdict_agreed() {
+        Some(verdict::read_header(conn)?).filter(|&l| l != verdict::UNKNOWN_LEN)
+    } else {
+        None
+    };
+    // With a known length, everything is in once content and trailer are.
+    let all_in = |written: u64, held: usize| {
+        expect.is_some_and(|l| written + held as u64 >= l.saturating_add(TRAILER_LEN as u64))
+    };
     let mut buf = vec![0u8; CHUNK + TRAILER_LEN];
     let mut held = 0usize;
     let mut written = 0u64;
@@ -441,6 +557,9 @@ pub fn recv_stream<W: Write>(
     let mut pages: Vec<(Vec<u8>, usize)> = Vec::with_capacity(max_pages);
     let mut spares: Vec<Vec<u8>> = Vec::with_capacity(max_pages);
     let end = loop {
+        if all_in(written, held) {
+            break Ok(());
+        }
         let n = match conn.recv_pages(&mut buf[held..], &mut spares, &mut pages, max_pages) {
             Ok(0) if pages.is_empty() => break Ok(()),
             Ok(0) => {
@@ -502,11 +621,24 @@ pub fn part_path(out: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
-/// Receives into `out`: writes `out.part`, syncs it and renames it on success; removes it on
-/// failure. Refuses to replace an existing `out` unless `force`, and replaces regular files
-/// only: an existing device, FIFO or socket (`/dev/null`, a named pipe) is written into, as
-/// `cp` and `srt-file-transmit` do, with nothing renamed.
+/// Receives into `out`: writes `out.part`, syncs it and renames it on success (then syncs
+/// the directory: the name is durable too); removes it on failure. Refuses to replace an
+/// existing `out` unless `force`, and replaces regular files only: an existing device, FIFO
+/// or socket (`/dev/null`, a named pipe) is written into, as `cp` and `srt-file-transmit`
+/// do, with nothing renamed. With an agreed verdict, the sender hears the outcome, and its
+/// reason on failure ([`crate::verdict`]).
 pub fn recv_file(
+    conn: &Connection,
+    out: &Path,
+    force: bool,
+    progress: impl FnMut(u64),
+) -> io::Result<Verdict> {
+    let result = recv_file_inner(conn, out, force, progress);
+    answer(conn, &result);
+    result
+}
+
+fn recv_file_inner(
     conn: &Connection,
     out: &Path,
     force: bool,
@@ -519,7 +651,7 @@ pub fn recv_file(
                 .write(true)
                 .open(out)
                 .map_err(|e| ctx(out, e))?;
-            return recv_stream(conn, &f, progress);
+            return recv_unanswered(conn, &f, progress);
         }
         Ok(m) if m.is_dir() => {
             return Err(io::Error::new(
@@ -537,9 +669,16 @@ pub fn recv_file(
     }
     let part = part_path(out);
     let f = File::create(&part).map_err(|e| ctx(&part, e))?;
-    let result = recv_stream(conn, &f, progress).and_then(|v| {
-        f.sync_all()?;
-        fs::rename(&part, out)?;
+    let result = recv_unanswered(conn, &f, progress).and_then(|v| {
+        f.sync_all().map_err(|e| ctx(&part, e))?;
+        fs::rename(&part, out).map_err(|e| ctx(out, e))?;
+        let dir = match out.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| ctx(dir, e))?;
         Ok(v)
     });
     if result.is_err() {

@@ -5,6 +5,7 @@ use slipstream::transfer::{self, Verdict};
 use slipstream::{
     ConnConfig, Connection, Endpoint, EndpointOptions, Mode, SharedBytes, StreamRead,
 };
+use slipstream_proto::wire::file::{FileHeader, FILE_HEADER_LEN};
 use std::io::Read;
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
@@ -98,7 +99,8 @@ fn file_mode_transfer_is_verified() {
     let s = p.client.stats().unwrap();
     assert_eq!(
         s.bytes_acked,
-        payload.len() as u64 + transfer::TRAILER_LEN as u64
+        // The file header (an unknown length: send_stream reads to the end) and the trailer.
+        payload.len() as u64 + (FILE_HEADER_LEN + transfer::TRAILER_LEN) as u64
     );
 }
 
@@ -397,6 +399,7 @@ fn mapped_files_are_sent_from_where_they_lie() {
             (payload.len() as u64, payload.len() as u64)
         );
         assert!(sent.mapped, "the file was read, not mapped");
+        assert!(sent.committed, "no verdict from the receiver");
         let (v, got) = rx.join().unwrap();
         assert!(got == payload, "received bytes differ");
         assert!(v.is_verified(), "{v:?}");
@@ -497,11 +500,19 @@ fn the_trailer_is_found_across_page_ends() {
         .enumerate()
     {
         let p = pair(Mode::File, EndpointOptions::default());
-        // Content and trailer end `end` bytes past the second page, in full packets (a
-        // plain write, where `send_stream` would send the trailer in a packet of its own),
-        // all sent before the receiver reads, so that whole pages wait for it.
-        let payload = data(2 * page_len + end - trailer, 20 + k as u64);
-        let mut stream = payload.clone();
+        // Header, content and trailer end `end` bytes past the second page, in full packets
+        // (a plain write, where `send_stream` would send the trailer in a packet of its
+        // own), all sent before the receiver reads, so that whole pages wait for it.
+        let payload = data(
+            2 * page_len + end - trailer - FILE_HEADER_LEN,
+            20 + k as u64,
+        );
+        let mut stream = FileHeader {
+            len: payload.len() as u64,
+        }
+        .encode()
+        .to_vec();
+        stream.extend_from_slice(&payload);
         stream.extend_from_slice(&transfer::trailer(
             payload.len() as u64,
             &transfer::digest(&payload),

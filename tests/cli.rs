@@ -382,10 +382,126 @@ fn recv_writes_into_a_fifo_and_to_stdout() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let tx = send(&input, &format!("srt://127.0.0.1:{port}"), &[]);
+    // The sender waits for the receiver's verdict, which comes once stdout took everything:
+    // stdout is drained while it runs.
+    std::thread::sleep(Duration::from_millis(200));
+    let tx = Command::new(BIN)
+        .arg("send")
+        .arg(&input)
+        .arg(format!("srt://127.0.0.1:{port}"))
+        .arg("--quiet")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let rx = rx.wait_with_output().unwrap();
+    let tx = tx.wait_with_output().unwrap();
     assert!(tx.status.success(), "{}", text(&tx.stderr));
     assert!(rx.status.success(), "{}", text(&rx.stderr));
     assert!(rx.stdout == data, "stdout got {} bytes", rx.stdout.len());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The receiver's verdict ends the sender's run: a receiver whose writes fail near the end
+/// (a file size limit stands in for a full disk: the same failed write, EFBIG instead of
+/// ENOSPC) makes both ends exit non-zero, the sender with the receiver's reason, and leaves
+/// no file; a name that exists without --force is refused to the sender too.
+#[test]
+fn the_receivers_failure_is_the_senders_failure() {
+    let dir = tmpdir("verdict");
+    let (input, _) = write_input(&dir, 3 << 20);
+    let out = dir.join("out.bin");
+    let port = free_port();
+    // 5,800 blocks of 512 bytes: 64 KiB short of the file.
+    let rx = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "trap '' XFSZ; ulimit -f 6016; exec '{BIN}' recv 'srt://127.0.0.1:{port}?mode=listener' \
+             '{}' --quiet --accept-timeout 10",
+            out.display()
+        ))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let tx = send(&input, &format!("srt://127.0.0.1:{port}"), &[]);
+    let rx = rx.wait_with_output().unwrap();
+    let (tx_err, rx_err) = (text(&tx.stderr), text(&rx.stderr));
+    assert!(!rx.status.success(), "recv: {rx_err}");
+    assert!(
+        !tx.status.success(),
+        "send exited 0 though the receiver failed: {tx_err}"
+    );
+    assert!(
+        tx_err.contains("receiver: ") && tx_err.contains("too large"),
+        "the sender does not give the receiver's reason: {tx_err}"
+    );
+    assert!(!out.exists() && !dir.join("out.bin.part").exists());
+
+    // Into a directory, a name that exists is refused, to the sender too.
+    let incoming = dir.join("incoming");
+    std::fs::create_dir_all(&incoming).unwrap();
+    std::fs::write(incoming.join("input.bin"), b"keep me").unwrap();
+    let port = free_port();
+    let rx = spawn_recv(port, &incoming, &[]);
+    let tx = send(&input, &format!("srt://127.0.0.1:{port}"), &[]);
+    let rx = rx.wait_with_output().unwrap();
+    assert!(!rx.status.success());
+    assert!(!tx.status.success());
+    assert!(
+        text(&tx.stderr).contains("receiver: ") && text(&tx.stderr).contains("--force"),
+        "{}",
+        text(&tx.stderr)
+    );
+    assert_eq!(
+        std::fs::read(incoming.join("input.bin")).unwrap(),
+        b"keep me"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A receiver killed after it acknowledged everything but before it committed the file
+/// (here stuck writing into a FIFO nobody reads) leaves the sender without a verdict: the
+/// sender exits non-zero instead of reporting success.
+#[test]
+fn a_receiver_killed_after_the_last_acknowledgement_fails_the_sender() {
+    let dir = tmpdir("killed-rx");
+    let (input, _) = write_input(&dir, 1 << 20);
+    let fifo = dir.join("pipe");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    // Opened for reading (so the receiver's open succeeds) and never read.
+    let holder = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || {
+            let f = std::fs::File::open(fifo).unwrap();
+            std::thread::sleep(Duration::from_secs(20));
+            drop(f);
+        })
+    };
+    let port = free_port();
+    let mut rx = spawn_recv(port, &fifo, &[]);
+    let tx = Command::new(BIN)
+        .arg("send")
+        .arg(&input)
+        .arg(format!("srt://127.0.0.1:{port}"))
+        .arg("--quiet")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(2000));
+    rx.kill().unwrap();
+    let _ = rx.wait();
+    let t0 = std::time::Instant::now();
+    let tx = tx.wait_with_output().unwrap();
+    assert!(
+        !tx.status.success(),
+        "send exited 0 though the receiver never committed: {}",
+        text(&tx.stderr)
+    );
+    assert!(text(&tx.stderr).contains("verdict"), "{}", text(&tx.stderr));
+    assert!(t0.elapsed() < Duration::from_secs(12));
+    drop(holder);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -14,6 +14,7 @@ pub mod uri;
 use crate::api::{Connection, Endpoint, EndpointOptions};
 use crate::datapath::Impairment;
 use crate::transfer::{self, Verdict};
+use crate::verdict;
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use slipstream_proto::cc::CcRegistry;
@@ -537,7 +538,12 @@ fn cmd_send(file: &Path, uri: &str, common: &Common, registry: &CcRegistry) -> C
     let stats = conn.stats().ok();
     match result {
         Ok(r) => {
-            let integrity = if r.digest_sent {
+            let integrity = if r.committed {
+                format!(
+                    "the receiver verified it (XXH3-128 {}) and committed it",
+                    hex(&r.digest)
+                )
+            } else if r.digest_sent {
                 format!(
                     "digest trailer sent (XXH3-128 {}), receiver verifies",
                     hex(&r.digest)
@@ -653,15 +659,16 @@ fn cmd_recv(
         accept_timeout,
     )?;
     let path = if to_stdout {
-        out.to_path_buf()
+        Ok(out.to_path_buf())
     } else if into_dir {
-        let sid = conn
-            .stream_id_str()
-            .ok_or("the sender gave no stream id; give OUT as a file name")?;
-        out.join(file_name_from_stream_id(&sid)?)
+        conn.stream_id_str()
+            .ok_or_else(|| "the sender gave no stream id; give OUT as a file name".to_string())
+            .and_then(|sid| file_name_from_stream_id(&sid))
+            .map(|name| out.join(name))
     } else {
-        out.to_path_buf()
+        Ok(out.to_path_buf())
     };
+    let path = path.inspect_err(|why| verdict::send_verdict(&conn, Err(why.as_str())))?;
     let pb = progress_bar(common, None);
     let t0 = Instant::now();
     let result = if to_stdout {

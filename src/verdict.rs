@@ -1,0 +1,122 @@
+//! The receiver's verdict, sent back to the sender on the file transfer's connection (when
+//! both ends agreed on it, [`Connection::verdict_agreed`]): the sender of a file succeeds
+//! only when the receiver says it verified the length and digest and committed the file
+//! under its final name, and fails with the receiver's reason otherwise. The framing (a
+//! header giving the content length, the verdict's bytes) is
+//! [`slipstream_proto::wire::file`]'s.
+//!
+//! Calling protocol: the sender writes [`send_header`] before the content and, after the
+//! trailer is acknowledged, waits in [`read_verdict`]; the receiver reads [`read_header`]
+//! first and ends with [`send_verdict`], whatever happened.
+
+use crate::api::Connection;
+use crate::proto::conn::State as ConnState;
+use slipstream_proto::wire::file::{
+    FileHeader, Verdict, VerdictParse, FILE_HEADER_LEN, MAX_REASON, VERDICT_HEAD_LEN,
+};
+use std::io;
+use std::time::Duration;
+
+/// Content length in a header that stands for "unknown": the stream then ends with the
+/// sender's SHUTDOWN, as without a verdict, and no verdict is sent.
+pub const UNKNOWN_LEN: u64 = u64::MAX;
+
+/// How long a receiver waits for its verdict to be acknowledged before it closes anyway.
+const VERDICT_ACK: Duration = Duration::from_secs(10);
+
+/// Sends the header for `len` content bytes ([`UNKNOWN_LEN`] if not known).
+pub fn send_header(conn: &Connection, len: u64) -> io::Result<()> {
+    send_all(conn, &FileHeader { len }.encode())
+}
+
+/// Reads the header: the content length, or [`UNKNOWN_LEN`].
+pub fn read_header(conn: &Connection) -> io::Result<u64> {
+    let mut b = [0u8; FILE_HEADER_LEN];
+    let mut got = 0;
+    while got < b.len() {
+        match conn.recv(&mut b[got..])? {
+            0 => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("the stream ended after {got} bytes, inside the file header"),
+                ))
+            }
+            n => got += n,
+        }
+    }
+    FileHeader::parse(&b).map(|h| h.len).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            "the stream does not start with slipstream's file header",
+        )
+    })
+}
+
+/// Sends the receiver's verdict on `outcome` (its error's text as the reason) and closes
+/// once the sender has it, or after [`VERDICT_ACK`]. Does nothing without an agreed verdict
+/// or on a connection already closed (the sender then reports the connection's end).
+pub fn send_verdict(conn: &Connection, outcome: Result<(), &str>) {
+    if !conn.verdict_agreed() || !matches!(conn.state(), Ok(ConnState::Connected)) {
+        return;
+    }
+    let v = match outcome {
+        Ok(()) => Verdict::Committed,
+        Err(why) => Verdict::Failed(why.to_string()),
+    };
+    if send_all(conn, &v.encode()).is_ok() {
+        let _ = conn.wait_acknowledged(VERDICT_ACK);
+    }
+    let _ = conn.close();
+}
+
+/// Waits for the receiver's verdict. `Ok(())` when it committed the file; its reason, or
+/// why no verdict came (the connection ended first), otherwise.
+pub fn read_verdict(conn: &Connection) -> Result<(), String> {
+    let mut b = Vec::with_capacity(VERDICT_HEAD_LEN + MAX_REASON);
+    let mut piece = [0u8; 256];
+    loop {
+        match Verdict::parse(&b) {
+            VerdictParse::Done(Verdict::Committed, _) => return Ok(()),
+            VerdictParse::Done(Verdict::Failed(why), _) => return Err(format!("receiver: {why}")),
+            VerdictParse::Malformed(what) => {
+                return Err(format!("the receiver's answer is malformed: {what}"))
+            }
+            VerdictParse::Need(n) => {
+                let want = (n - b.len()).min(piece.len());
+                match conn.recv(&mut piece[..want]) {
+                    Ok(0) => {
+                        return Err(format!(
+                            "the receiver closed the connection without a verdict{}",
+                            if b.is_empty() {
+                                ""
+                            } else {
+                                " (it sent part of one)"
+                            }
+                        ))
+                    }
+                    Ok(k) => b.extend_from_slice(&piece[..k]),
+                    Err(e) => return Err(format!("no verdict from the receiver: {e}")),
+                }
+            }
+        }
+    }
+}
+
+/// After a send failed: the receiver's reason, if it closed the connection after saying
+/// why (a failure at the receiver ends the transfer from there).
+pub fn reason_after_failure(conn: &Connection) -> Option<String> {
+    if !conn.verdict_agreed() || !matches!(conn.state(), Ok(ConnState::Closed(_))) {
+        return None;
+    }
+    read_verdict(conn)
+        .err()
+        .filter(|r| r.starts_with("receiver: "))
+}
+
+fn send_all(conn: &Connection, mut data: &[u8]) -> io::Result<()> {
+    while !data.is_empty() {
+        let n = conn.send(data)?;
+        data = &data[n..];
+    }
+    Ok(())
+}
