@@ -77,6 +77,12 @@ const NOTIFY_DATAGRAMS: usize = 256;
 /// wake on both threads: tens of thousands a second.
 const READ_NOTIFY_DELAY: Duration = Duration::from_micros(250);
 
+/// When the endpoint is closed and its connections are gone, datagrams an emulated link
+/// (an impairment's delay line) still holds go out before the I/O thread ends, for at most
+/// this long: a sender's last acknowledgement and SHUTDOWN are among them, and without them
+/// the peer waits out its idle timeout.
+const DRAIN_LIMIT: Duration = Duration::from_secs(2);
+
 /// What the I/O thread and the application threads share, under one lock.
 #[derive(Debug)]
 pub(crate) struct State {
@@ -216,6 +222,7 @@ pub(crate) fn spawn(
         unnotified_since: None,
         coalesce: Coalescer::default(),
         split: Split::default(),
+        drain_until: None,
     };
     let handle = std::thread::Builder::new()
         .name("slipstream-io".into())
@@ -239,6 +246,8 @@ struct IoLoop {
     unnotified_since: Option<Instant>,
     coalesce: Coalescer,
     split: Split,
+    /// Set when the endpoint is done: the delay line is drained until then.
+    drain_until: Option<Instant>,
 }
 
 /// Split receives (see [`Endpoint::handle_data_owned`]): while the engine's connections carry
@@ -535,7 +544,10 @@ impl IoLoop {
                 // Connections removed above.
                 self.follow_split(&g.ep);
             }
-            let exit = g.shutdown && g.handles == 0 && g.ep.is_empty() && !full;
+            let done = g.shutdown && g.handles == 0 && g.ep.is_empty() && !full;
+            let exit = done
+                && (self.dp.next_deadline().is_none()
+                    || *self.drain_until.get_or_insert(now + DRAIN_LIMIT) <= now);
             g.dp_stats = self.dp.stats();
 
             let deadline = match (g.ep.poll_timeout(), self.dp.next_deadline()) {

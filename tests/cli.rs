@@ -162,12 +162,21 @@ fn send_through_netem_option() {
     let tx = send(
         &input,
         &format!("srt://127.0.0.1:{port}"),
-        &["--netem", "loss=2%,delay=2ms,seed=3"],
+        &["--netem", "loss=2%,delay=20ms,seed=3"],
     );
+    let sender_done = std::time::Instant::now();
     let rx = rx.wait_with_output().unwrap();
     assert!(tx.status.success(), "{}", text(&tx.stderr));
     assert!(rx.status.success(), "{}", text(&rx.stderr));
     assert!(std::fs::read(&out).unwrap() == data);
+    // The sender's emulated link is drained before it exits: its last packets (the
+    // acknowledgement of the verdict, SHUTDOWN) reach the receiver, which would otherwise
+    // wait out its 5 s idle timeout.
+    assert!(
+        sender_done.elapsed() < Duration::from_secs(3),
+        "the receiver ended {:?} after the sender",
+        sender_done.elapsed()
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
