@@ -606,6 +606,15 @@ impl Connection {
 
     /// Stream mode: reads bytes, waiting for some. `Ok(0)` is the clean end of the stream.
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.recv_until(buf, None)
+    }
+
+    /// Like [`Connection::recv`] but gives up after `timeout` (`TimedOut`).
+    pub fn recv_timeout(&self, buf: &mut [u8], timeout: Duration) -> io::Result<usize> {
+        self.recv_until(buf, Some(Instant::now() + timeout))
+    }
+
+    fn recv_until(&self, buf: &mut [u8], deadline: Option<Instant>) -> io::Result<usize> {
         if buf.is_empty() {
             return Ok(0);
         }
@@ -617,7 +626,16 @@ impl Connection {
                     self.read_done(c.ack_pending());
                     return Ok(n);
                 }
-                Err(RecvError::WouldBlock) => g = self.wait_for(g, WAIT_SLICE, Wait::Read)?,
+                Err(RecvError::WouldBlock) => {
+                    let slice = match deadline {
+                        Some(d) => match d.checked_duration_since(Instant::now()) {
+                            Some(left) if !left.is_zero() => left.min(WAIT_SLICE),
+                            _ => return Err(io::ErrorKind::TimedOut.into()),
+                        },
+                        None => WAIT_SLICE,
+                    };
+                    g = self.wait_for(g, slice, Wait::Read)?;
+                }
                 Err(e) => return Err(recv_error(e)),
             }
         }

@@ -15,7 +15,7 @@ use slipstream_proto::wire::file::{
     FileHeader, Verdict, VerdictParse, FILE_HEADER_LEN, MAX_REASON, VERDICT_HEAD_LEN,
 };
 use std::io;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Content length in a header that stands for "unknown": the stream then ends with the
 /// sender's SHUTDOWN, as without a verdict, and no verdict is sent.
@@ -23,6 +23,10 @@ pub const UNKNOWN_LEN: u64 = u64::MAX;
 
 /// How long a receiver waits for its verdict to be acknowledged before it closes anyway.
 const VERDICT_ACK: Duration = Duration::from_secs(10);
+/// How long a sender waits for the verdict once everything is acknowledged: the receiver's
+/// commit is a sync of what it wrote (seconds on a slow disk), and a receiver that is alive
+/// but never answers (stuck, or hostile) must not hold the sender forever.
+pub const VERDICT_WAIT: Duration = Duration::from_secs(120);
 
 /// Sends the header for `len` content bytes ([`UNKNOWN_LEN`] if not known).
 pub fn send_header(conn: &Connection, len: u64) -> io::Result<()> {
@@ -69,11 +73,13 @@ pub fn send_verdict(conn: &Connection, outcome: Result<(), &str>) {
     let _ = conn.close();
 }
 
-/// Waits for the receiver's verdict. `Ok(())` when it committed the file; its reason, or
-/// why no verdict came (the connection ended first), otherwise.
+/// Waits for the receiver's verdict, at most [`VERDICT_WAIT`]. `Ok(())` when it committed
+/// the file; its reason, or why no verdict came (the connection ended first, or the wait),
+/// otherwise.
 pub fn read_verdict(conn: &Connection) -> Result<(), String> {
     let mut b = Vec::with_capacity(VERDICT_HEAD_LEN + MAX_REASON);
     let mut piece = [0u8; 256];
+    let deadline = Instant::now() + VERDICT_WAIT;
     loop {
         match Verdict::parse(&b) {
             VerdictParse::Done(Verdict::Committed, _) => return Ok(()),
@@ -83,7 +89,8 @@ pub fn read_verdict(conn: &Connection) -> Result<(), String> {
             }
             VerdictParse::Need(n) => {
                 let want = (n - b.len()).min(piece.len());
-                match conn.recv(&mut piece[..want]) {
+                let left = deadline.saturating_duration_since(Instant::now());
+                match conn.recv_timeout(&mut piece[..want], left) {
                     Ok(0) => {
                         return Err(format!(
                             "the receiver closed the connection without a verdict{}",
@@ -95,6 +102,13 @@ pub fn read_verdict(conn: &Connection) -> Result<(), String> {
                         ))
                     }
                     Ok(k) => b.extend_from_slice(&piece[..k]),
+                    Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+                        return Err(format!(
+                            "no verdict from the receiver {} s after it acknowledged \
+                             everything (it did not say whether it kept the file)",
+                            VERDICT_WAIT.as_secs()
+                        ))
+                    }
                     Err(e) => return Err(format!("no verdict from the receiver: {e}")),
                 }
             }

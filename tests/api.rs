@@ -556,3 +556,25 @@ fn mid_sized_payloads_are_received_in_place() {
         .recv_timeout(Duration::from_secs(60))
         .expect("8 MiB of 20 KiB packets did not cross loopback in 60 s (or the check failed)");
 }
+
+/// A stream read with a timeout gives up with `TimedOut` when nothing comes, and returns
+/// what comes before it.
+#[test]
+fn stream_reads_time_out() {
+    let p = pair(Mode::File, EndpointOptions::default());
+    let mut buf = [0u8; 16];
+    let t0 = Instant::now();
+    let e = p
+        .server
+        .recv_timeout(&mut buf, Duration::from_millis(150))
+        .unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::TimedOut, "{e}");
+    assert!(t0.elapsed() >= Duration::from_millis(150));
+    assert!(t0.elapsed() < Duration::from_secs(2));
+    p.client.send(b"hello").unwrap();
+    let n = p
+        .server
+        .recv_timeout(&mut buf, Duration::from_secs(5))
+        .unwrap();
+    assert_eq!(&buf[..n], b"hello");
+}
