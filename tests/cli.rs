@@ -55,6 +55,22 @@ fn send(file: &Path, uri: &str, extra: &[&str]) -> Output {
         .unwrap()
 }
 
+/// A sender to a local listener, running while the caller does something else.
+fn spawn_send(file: &Path, port: u16) -> Child {
+    Command::new(BIN)
+        .arg("send")
+        .arg(file)
+        .arg(format!("srt://127.0.0.1:{port}"))
+        .arg("--quiet")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn mkfifo(path: &Path) {
+    assert!(Command::new("mkfifo").arg(path).status().unwrap().success());
+}
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -355,11 +371,7 @@ fn recv_writes_into_a_fifo_and_to_stdout() {
     let dir = tmpdir("fifo");
     let (input, data) = write_input(&dir, 1 << 20);
     let fifo = dir.join("pipe");
-    assert!(Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap()
-        .success());
+    mkfifo(&fifo);
     let reader = {
         let fifo = fifo.clone();
         std::thread::spawn(move || std::fs::read(fifo).unwrap())
@@ -394,14 +406,7 @@ fn recv_writes_into_a_fifo_and_to_stdout() {
     // The sender waits for the receiver's verdict, which comes once stdout took everything:
     // stdout is drained while it runs.
     std::thread::sleep(Duration::from_millis(200));
-    let tx = Command::new(BIN)
-        .arg("send")
-        .arg(&input)
-        .arg(format!("srt://127.0.0.1:{port}"))
-        .arg("--quiet")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let tx = spawn_send(&input, port);
     let rx = rx.wait_with_output().unwrap();
     let tx = tx.wait_with_output().unwrap();
     assert!(tx.status.success(), "{}", text(&tx.stderr));
@@ -475,11 +480,7 @@ fn a_receiver_killed_after_the_last_acknowledgement_fails_the_sender() {
     let dir = tmpdir("killed-rx");
     let (input, _) = write_input(&dir, 1 << 20);
     let fifo = dir.join("pipe");
-    assert!(Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap()
-        .success());
+    mkfifo(&fifo);
     // Opened for reading (so the receiver's open succeeds) and never read.
     let holder = {
         let fifo = fifo.clone();
@@ -491,14 +492,7 @@ fn a_receiver_killed_after_the_last_acknowledgement_fails_the_sender() {
     };
     let port = free_port();
     let mut rx = spawn_recv(port, &fifo, &[]);
-    let tx = Command::new(BIN)
-        .arg("send")
-        .arg(&input)
-        .arg(format!("srt://127.0.0.1:{port}"))
-        .arg("--quiet")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let tx = spawn_send(&input, port);
     std::thread::sleep(Duration::from_millis(2000));
     rx.kill().unwrap();
     let _ = rx.wait();
