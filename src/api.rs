@@ -430,6 +430,21 @@ impl Connection {
     pub fn state(&self) -> io::Result<ConnState> {
         self.with(|c, _| c.state())
     }
+    /// Caps this end's sending rate from now on, bytes per second on the wire (packets
+    /// with their headers, retransmissions included; 0: no cap). See
+    /// [`ConnConfig::set_max_bw`](crate::proto::conn::ConnConfig::set_max_bw).
+    pub fn set_max_rate(&self, bytes_per_s: u64) -> io::Result<()> {
+        self.with(|c, _| c.set_max_bw(bytes_per_s))?;
+        self.shared.wake_io();
+        Ok(())
+    }
+    /// The sending rate cap in effect, bytes per second (0: none).
+    pub fn max_rate(&self) -> io::Result<u64> {
+        self.with(|c, _| match c.config().max_bw_rule() {
+            crate::proto::conn::MaxBw::Absolute(b) => b,
+            _ => 0,
+        })
+    }
 
     /// Waits (at most one slice) for progress; fails if the I/O thread is gone.
     fn wait<'a>(

@@ -24,6 +24,16 @@
 //! the receiver's reason ([`crate::verdict`]). Without it, a sender's success means that
 //! everything was acknowledged, not that the receiver kept it.
 //!
+//! **Resume.** With an agreed verdict the receiver opens by offering what an interrupted
+//! transfer left in `OUT.part`: the XXH3-128 digest of each of its whole 8 MiB chunks
+//! ([`RESUME_CHUNK_LOG2`]). The sender hashes the same chunks of its file and starts after
+//! the longest run from the start that matches; a source changed meanwhile is sent again
+//! from the first chunk that differs, never spliced, and the trailer's digest still covers
+//! the whole file. The part file is the only state: nothing else is written beside it, it is
+//! checked in full before it is kept, and it survives a crash or a reboot as far as its
+//! chunks still match. A receiver keeps it when a transfer fails for any reason but a
+//! mismatch of the trailer (the data is then known bad).
+//!
 //! This module owns the trailer format and the send/receive loops; files are written to
 //! `OUT.part` and renamed only on success.
 
@@ -32,9 +42,10 @@ use crate::proto::conn::State as ConnState;
 use crate::verdict;
 #[cfg(target_os = "linux")]
 use crate::{MappedFile, SharedBytes};
-use slipstream_proto::wire::file::FILE_HEADER_LEN;
+use slipstream_proto::wire::file::{Offer, FILE_HEADER_LEN, START_LEN};
 use std::fs::{self, File};
-use std::io::{self, Read, Write};
+use std::io::{self, Read, Seek, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 #[cfg(target_os = "linux")]
 use std::sync::{Arc, Mutex};
@@ -96,6 +107,20 @@ impl Hasher {
 pub fn digest(data: &[u8]) -> Digest {
     twox_hash::XxHash3_128::oneshot(data).to_be_bytes()
 }
+/// log2 of the chunk size a receiver offers what it holds in (8 MiB): a resumed transfer
+/// sends again at most a chunk of what was received, and a 1 TiB part costs 2 MiB of digests.
+pub const RESUME_CHUNK_LOG2: u8 = 23;
+
+/// Reads from `f` at `at`, retrying interruptions; 0 at the end.
+fn read_at(f: &File, at: u64, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        match f.read_at(buf, at) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            r => return r,
+        }
+    }
+}
+
 /// Read and write granularity: small enough that a piece read (or received) is still in
 /// cache when it is hashed and written (or queued).
 const CHUNK: usize = 1 << 20;
@@ -115,6 +140,9 @@ pub enum Verdict {
         bytes: u64,
         /// XXH3-128 of the content.
         digest: Digest,
+        /// Bytes this run did not receive: the receiver held them from an interrupted
+        /// transfer, and the sender found them unchanged (0: all were received).
+        resumed_from: u64,
     },
     /// The peer offers no end-to-end digest; the stream ended with a clean shutdown.
     Unverified {
@@ -151,6 +179,9 @@ pub struct SendReport {
     /// final name (both ends agreed on the verdict: [`Connection::verdict_agreed`]). When
     /// agreed, a send that returns `Ok` always has it.
     pub committed: bool,
+    /// Where this run started: the bytes the receiver already held from an interrupted
+    /// transfer of the same file, checked chunk by chunk (0: the whole file was sent).
+    pub resumed_from: u64,
 }
 
 /// Feeds the bytes a connection shows its send tap to a shared digest, after skipping the
@@ -200,23 +231,22 @@ pub fn send_stream<R: Read>(
     src: R,
     progress: impl FnMut(u64),
 ) -> io::Result<SendReport> {
-    send_reader(conn, src, None, progress)
+    send_reader(conn, src, None, |_| Ok((0, Hasher::new())), progress)
 }
 
 /// [`send_stream`] for `len` bytes, if known: with an agreed verdict, the stream starts
 /// with the length (a source that yields another length fails the transfer) and ends with
-/// the receiver's verdict.
+/// the receiver's verdict. `resume` gets the receiver's offer and says where to start and
+/// the digest of what comes before (see [`resume_point`]); `src` must then yield the rest.
 fn send_reader<R: Read>(
     conn: &Connection,
     mut src: R,
     len: Option<u64>,
+    resume: impl FnOnce(&Offer) -> io::Result<(u64, Hasher)>,
     mut progress: impl FnMut(u64),
 ) -> io::Result<SendReport> {
-    if conn.verdict_agreed() {
-        verdict::send_header(conn, len.unwrap_or(verdict::UNKNOWN_LEN))?;
-    }
-    let mut hasher = Hasher::new();
-    let mut total = 0u64;
+    let (start, mut hasher) = open_send(conn, len, resume)?;
+    let mut total = start;
     loop {
         // Read into a chunk the connection sends from where it is (no copy of our own, no
         // lock while reading), recycled once its packets are acknowledged.
@@ -252,7 +282,75 @@ fn send_reader<R: Read>(
              or more): the transfer is incomplete"
         )));
     }
-    finish_send(conn, total, hasher.finalize(), len.is_some(), |_| Ok(()))
+    let report = finish_send(conn, total, hasher.finalize(), len.is_some(), |_| Ok(()))?;
+    Ok(SendReport {
+        resumed_from: start,
+        ..report
+    })
+}
+
+/// The sender's side of the opening (with an agreed verdict; otherwise it starts at 0):
+/// sends the header for `len`, reads the receiver's offer, takes its rate cap (the lower of
+/// both ends'), lets `resume` choose where to start and sends that. Returns the offset and
+/// the digest of the bytes before it.
+fn open_send(
+    conn: &Connection,
+    len: Option<u64>,
+    resume: impl FnOnce(&Offer) -> io::Result<(u64, Hasher)>,
+) -> io::Result<(u64, Hasher)> {
+    if !conn.verdict_agreed() {
+        return Ok((0, Hasher::new()));
+    }
+    verdict::send_header(conn, len.unwrap_or(verdict::UNKNOWN_LEN))?;
+    let offer = verdict::read_offer(conn).map_err(|why| {
+        conn.abort();
+        io::Error::other(why)
+    })?;
+    let ours = conn.max_rate()?;
+    if offer.max_rate > 0 && (ours == 0 || offer.max_rate < ours) {
+        conn.set_max_rate(offer.max_rate)?;
+    }
+    let (start, hasher) = if len.is_some() {
+        resume(&offer)?
+    } else {
+        (0, Hasher::new())
+    };
+    verdict::send_start(conn, start)?;
+    Ok((start, hasher))
+}
+
+/// Where a resumed transfer starts: the end of the longest run of the offer's chunks, from
+/// the start, whose digests match the source's (`read_at` fills a buffer from an offset and
+/// returns how much it read), and the digest of the source before it. Hashes at most the
+/// chunks offered. A source that changed anywhere in a chunk starts over from there.
+pub fn resume_point(
+    offer: &Offer,
+    len: u64,
+    mut read_at: impl FnMut(u64, &mut [u8]) -> io::Result<usize>,
+) -> io::Result<(u64, Hasher)> {
+    let chunk = offer.chunk_len();
+    let whole_chunks = (len / chunk).min(offer.chunks.len() as u64);
+    let mut whole = Hasher::new();
+    let mut buf = vec![0u8; if whole_chunks > 0 { READ_PIECE } else { 0 }];
+    for i in 0..whole_chunks {
+        let before = whole.clone();
+        let mut this = Hasher::new();
+        let mut at = i * chunk;
+        while at < (i + 1) * chunk {
+            let want = buf.len().min(((i + 1) * chunk - at) as usize);
+            let n = read_at(at, &mut buf[..want])?;
+            if n == 0 {
+                return Ok((i * chunk, before));
+            }
+            this.update(&buf[..n]);
+            whole.update(&buf[..n]);
+            at += n as u64;
+        }
+        if this.finalize() != offer.chunks[i as usize] {
+            return Ok((i * chunk, before));
+        }
+    }
+    Ok((whole_chunks * chunk, whole))
 }
 
 /// Sends a mapped file's bytes from the page cache where they lie (no copy of our own: the
@@ -273,12 +371,14 @@ pub fn send_mapped(
     let map = Arc::new(map);
     let shared: SharedBytes = map.clone();
     let bytes = (*map).as_ref();
+    let len = bytes.len() as u64;
     let step = conn.chunk_len()?.max(1);
     let hasher = Arc::new(Mutex::new(Hasher::new()));
-    // The header goes first and the tap sees it too (it is set before anything is queued,
-    // so it sees the stream from its start), skipping it.
+    // The header and the start go first and the tap sees them too (it is set before
+    // anything is queued, so it sees the stream from its start), skipping them. It is given
+    // the digest of what the receiver holds once the start is known, before any content.
     let skip = if conn.verdict_agreed() {
-        FILE_HEADER_LEN
+        FILE_HEADER_LEN + START_LEN
     } else {
         0
     };
@@ -286,12 +386,18 @@ pub fn send_mapped(
         hasher: hasher.clone(),
         skip,
     };
-    let tapped = (skip + bytes.len()) as u64;
-    conn.set_send_tap(Box::new(tap), tapped)?;
-    if skip > 0 {
-        verdict::send_header(conn, bytes.len() as u64)?;
-    }
-    let mut off = 0;
+    conn.set_send_tap(Box::new(tap), skip as u64 + len)?;
+    let (start, prefix) = open_send(conn, Some(len), |offer| {
+        resume_point(offer, len, |at, buf| {
+            let at = at as usize;
+            let n = buf.len().min(bytes.len().saturating_sub(at));
+            buf[..n].copy_from_slice(&bytes[at..at + n]);
+            Ok(n)
+        })
+    })?;
+    *hasher.lock().unwrap_or_else(|e| e.into_inner()) = prefix;
+    let tapped = skip as u64 + len - start;
+    let mut off = start as usize;
     while off < bytes.len() {
         let end = bytes.len().min(off + step);
         map.populate(off..end)?;
@@ -321,6 +427,7 @@ pub fn send_mapped(
     let report = finish_send(conn, bytes.len() as u64, hash, true, same_size)?;
     Ok(SendReport {
         mapped: true,
+        resumed_from: start,
         ..report
     })
 }
@@ -385,6 +492,7 @@ fn finish_send(
         digest_sent,
         mapped: false,
         committed,
+        resumed_from: 0,
     })
 }
 
@@ -479,7 +587,12 @@ pub fn send_open_file(
             return send_mapped(conn, map, progress);
         }
         let len = f.metadata().map_err(ctx)?.len();
-        send_reader(conn, &f, Some(len), progress)
+        let resume = |offer: &Offer| {
+            let r = resume_point(offer, len, |at, buf| read_at(&f, at, buf))?;
+            (&f).seek(io::SeekFrom::Start(r.0))?;
+            Ok(r)
+        };
+        send_reader(conn, &f, Some(len), resume, progress)
     })();
     // A failure at the receiver ends the transfer from there, with its reason.
     sent.map_err(|e| match verdict::reason_after_failure(conn) {
@@ -511,9 +624,10 @@ fn check_trailer(t: &[u8], written: u64, hash: &Digest) -> Result<(), String> {
 /// (unless the digest proves it complete) or the digest does not match. `progress` gets the
 /// content bytes written so far.
 ///
-/// With an agreed verdict the stream starts with the content's length, the receive ends as
-/// soon as content and trailer are in (the sender sends no SHUTDOWN: it waits for the
-/// verdict), and the sender is told the outcome once `dst` is flushed: written, or why not.
+/// With an agreed verdict the receiver offers nothing to resume from (`dst` is a stream),
+/// the stream starts with the content's length, the receive ends as soon as content and
+/// trailer are in (the sender sends no SHUTDOWN: it waits for the verdict), and the sender
+/// is told the outcome once `dst` is flushed: written, or why not.
 pub fn recv_stream<W: Write>(
     conn: &Connection,
     dst: W,
@@ -533,24 +647,147 @@ fn answer(conn: &Connection, result: &io::Result<Verdict>) {
 /// [`recv_stream`] without the answer, for a caller that commits what was written first.
 fn recv_unanswered<W: Write>(
     conn: &Connection,
+    dst: W,
+    progress: impl FnMut(u64),
+) -> io::Result<Verdict> {
+    let held = Held::default();
+    let opening = open_recv(conn, &held)?;
+    if opening.start > 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "the sender resumes a transfer this receiver holds nothing of",
+        ));
+    }
+    recv_body(conn, dst, opening.len, 0, Hasher::new(), progress)
+}
+
+/// What a receiver holds of an interrupted transfer: the digests of the whole chunks of its
+/// part file ([`RESUME_CHUNK_LOG2`]), and the digest of all of them together.
+#[derive(Debug, Default)]
+struct Held {
+    chunks: Vec<Digest>,
+    whole: Hasher,
+}
+
+impl Held {
+    /// Bytes the whole chunks cover.
+    fn len(&self) -> u64 {
+        (self.chunks.len() as u64) << RESUME_CHUNK_LOG2
+    }
+
+    /// Digests what `f` holds, chunk by chunk (a partial last chunk is not offered).
+    fn scan(f: &File) -> io::Result<Self> {
+        let chunk = 1u64 << RESUME_CHUNK_LOG2;
+        let n = (f.metadata()?.len() / chunk)
+            .min(u64::from(slipstream_proto::wire::file::MAX_OFFER_CHUNKS));
+        let mut held = Held::default();
+        let mut buf = vec![0u8; if n > 0 { READ_PIECE } else { 0 }];
+        for i in 0..n {
+            let mut this = Hasher::new();
+            let mut at = i * chunk;
+            while at < (i + 1) * chunk {
+                let want = buf.len().min(((i + 1) * chunk - at) as usize);
+                let k = read_at(f, at, &mut buf[..want])?;
+                if k == 0 {
+                    return Ok(held);
+                }
+                this.update(&buf[..k]);
+                held.whole.update(&buf[..k]);
+                at += k as u64;
+            }
+            held.chunks.push(this.finalize());
+        }
+        Ok(held)
+    }
+
+    /// The digest of `f`'s first `len` bytes: the whole held, or read again.
+    fn prefix(&self, f: &File, len: u64) -> io::Result<Hasher> {
+        if len == self.len() {
+            return Ok(self.whole.clone());
+        }
+        let mut h = Hasher::new();
+        let mut buf = vec![0u8; READ_PIECE];
+        let mut at = 0;
+        while at < len {
+            let want = buf.len().min((len - at) as usize);
+            match read_at(f, at, &mut buf[..want])? {
+                0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+                k => {
+                    h.update(&buf[..k]);
+                    at += k as u64;
+                }
+            }
+        }
+        Ok(h)
+    }
+}
+
+/// How a transfer opened: the content length if known, and where the sender starts.
+#[derive(Debug, Clone, Copy)]
+struct Opening {
+    len: Option<u64>,
+    start: u64,
+}
+
+/// The receiver's side of the opening (with an agreed verdict; otherwise the length is
+/// unknown and the start 0): offers what it holds and its rate cap (this end's own,
+/// [`Connection::max_rate`]), reads the sender's header and start and checks that the start
+/// is one it offered.
+fn open_recv(conn: &Connection, held: &Held) -> io::Result<Opening> {
+    if !conn.verdict_agreed() {
+        return Ok(Opening {
+            len: None,
+            start: 0,
+        });
+    }
+    let offer = Offer {
+        max_rate: conn.max_rate()?,
+        chunk_log2: RESUME_CHUNK_LOG2,
+        chunks: held.chunks.clone(),
+    };
+    // A sender that has sent everything and closed cannot take the offer any more (it did
+    // not wait for it: not slipstream's sender); what it sent is still read.
+    if let Err(e) = verdict::send_offer(conn, &offer) {
+        if !matches!(conn.state()?, ConnState::Closed(_)) {
+            return Err(e);
+        }
+    }
+    let len = Some(verdict::read_header(conn)?).filter(|&l| l != verdict::UNKNOWN_LEN);
+    let start = verdict::read_start(conn)?;
+    let chunk = offer.chunk_len();
+    if start % chunk != 0 || start > held.len() || len.is_some_and(|l| start > l) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "the sender starts at byte {start}, not at the end of a chunk offered \
+                 ({} held)",
+                held.len()
+            ),
+        ));
+    }
+    Ok(Opening { len, start })
+}
+
+/// Receives the content from `start` on (the bytes before it are in `dst` already and hash
+/// to `hasher`) into `dst`, up to `len` if known, and checks the trailer.
+fn recv_body<W: Write>(
+    conn: &Connection,
     mut dst: W,
+    expect: Option<u64>,
+    start: u64,
+    hasher: Hasher,
     mut progress: impl FnMut(u64),
 ) -> io::Result<Verdict> {
     let digest = conn.digest_agreed();
-    let expect = if conn.verdict_agreed() {
-        Some(verdict::read_header(conn)?).filter(|&l| l != verdict::UNKNOWN_LEN)
-    } else {
-        None
-    };
     // With a known length, everything is in once content and trailer are.
     let all_in = |written: u64, held: usize| {
         expect.is_some_and(|l| written + held as u64 >= l.saturating_add(TRAILER_LEN as u64))
     };
     let mut buf = vec![0u8; CHUNK + TRAILER_LEN];
     let mut held = 0usize;
-    let mut written = 0u64;
+    let mut written = start;
     // Without the peer's trailer there is nothing to check a digest against.
-    let mut hasher = digest.then(Hasher::new);
+    let mut hasher = digest.then_some(hasher);
     // Pages taken out of the receive buffer (no copy), written out together and given back
     // with the next reads.
     let max_pages = (WRITE_BATCH / conn.recv_page_len()?.max(1)).max(1);
@@ -599,12 +836,25 @@ fn recv_unanswered<W: Write>(
             )),
         };
     };
+    // With a known length, a stream that ends short was cut (the sender stopped or was
+    // stopped), not corrupted: what came is good to resume from.
+    if let Some(l) = expect.filter(|_| !all_in(written, held)) {
+        let why = match end {
+            Ok(()) => "the sender closed the connection".to_string(),
+            Err(e) => e.to_string(),
+        };
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("transfer incomplete after {written} of {l} bytes: {why}"),
+        ));
+    }
     let hash = hasher.finalize();
     match (check_trailer(&buf[..held], written, &hash), end) {
         // A valid trailer proves completeness even if the shutdown itself was lost.
         (Ok(()), _) => Ok(Verdict::Verified {
             bytes: written,
             digest: hash,
+            resumed_from: start,
         }),
         (Err(why), Ok(())) => Err(io::Error::new(io::ErrorKind::InvalidData, why)),
         (Err(_), Err(e)) => Err(io::Error::new(
@@ -668,8 +918,21 @@ fn recv_file_inner(
         _ => {}
     }
     let part = part_path(out);
-    let f = File::create(&part).map_err(|e| ctx(&part, e))?;
-    let result = recv_unanswered(conn, &f, progress).and_then(|v| {
+    // What an interrupted transfer left: offered to the sender, which resumes after the
+    // chunks that match its file. A part that cannot be read is offered as nothing.
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&part)
+        .map_err(|e| ctx(&part, e))?;
+    let held = if f.metadata().is_ok_and(|m| m.is_file()) {
+        Held::scan(&f).unwrap_or_default()
+    } else {
+        Held::default()
+    };
+    let result = recv_part(conn, f, &part, &held, progress).and_then(|(f, v)| {
         f.sync_all().map_err(|e| ctx(&part, e))?;
         fs::rename(&part, out).map_err(|e| ctx(out, e))?;
         let dir = match out.parent() {
@@ -681,10 +944,44 @@ fn recv_file_inner(
             .map_err(|e| ctx(dir, e))?;
         Ok(v)
     });
-    if result.is_err() {
-        let _ = fs::remove_file(&part);
+    // What was received is kept for a resume unless there is none (an empty part), it is
+    // known to be wrong (the trailer did not match), or there is no one to resume with (no
+    // verdict agreed: such a peer cannot resume).
+    if let Err(e) = &result {
+        let empty = fs::metadata(&part).is_ok_and(|m| m.len() == 0);
+        if empty || e.kind() == io::ErrorKind::InvalidData || !conn.verdict_agreed() {
+            let _ = fs::remove_file(&part);
+        }
     }
     result
+}
+
+/// Receives into the part file `f`, which holds `held`: from where the sender starts,
+/// after truncating what comes after that. Returns the file, written and unsynced.
+fn recv_part(
+    conn: &Connection,
+    mut f: File,
+    part: &Path,
+    held: &Held,
+    progress: impl FnMut(u64),
+) -> io::Result<(File, Verdict)> {
+    let ctx = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", part.display()));
+    let opening = open_recv(conn, held).map_err(|e| {
+        // A bad opening leaves what the part held as it was: it may be good.
+        io::Error::new(
+            if e.kind() == io::ErrorKind::InvalidData {
+                io::ErrorKind::Other
+            } else {
+                e.kind()
+            },
+            e.to_string(),
+        )
+    })?;
+    let hasher = held.prefix(&f, opening.start).map_err(ctx)?;
+    f.set_len(opening.start).map_err(ctx)?;
+    f.seek(io::SeekFrom::Start(opening.start)).map_err(ctx)?;
+    let v = recv_body(conn, &f, opening.len, opening.start, hasher, progress)?;
+    Ok((f, v))
 }
 
 #[cfg(test)]
@@ -803,6 +1100,46 @@ mod tests {
                 assert_eq!(hasher.finalize(), super::digest(&stream[..body]));
             }
         }
+    }
+
+    /// The sender resumes after the longest run of offered chunks that match its source,
+    /// never past its own length, with the digest of exactly the bytes before the start.
+    #[test]
+    fn resume_points() {
+        let chunk = 1usize << 16;
+        let src: Vec<u8> = (0..5 * chunk + 100).map(|i| (i * 31 % 253) as u8).collect();
+        let offer_of = |held: &[u8]| Offer {
+            max_rate: 0,
+            chunk_log2: 16,
+            chunks: held.chunks_exact(chunk).map(super::digest).collect(),
+        };
+        let point = |offer: &Offer, src: &[u8]| {
+            resume_point(offer, src.len() as u64, |at, buf| {
+                let at = at as usize;
+                let n = buf.len().min(src.len() - at);
+                buf[..n].copy_from_slice(&src[at..at + n]);
+                Ok(n)
+            })
+            .unwrap()
+        };
+        let check = |offer: &Offer, src: &[u8], want: usize| {
+            let (start, h) = point(offer, src);
+            assert_eq!(start, want as u64);
+            assert_eq!(h.finalize(), super::digest(&src[..want]));
+        };
+        // All held chunks match; the partial chunk held is not offered.
+        check(&offer_of(&src[..3 * chunk + 7]), &src, 3 * chunk);
+        // Nothing held; everything held.
+        check(&offer_of(&[]), &src, 0);
+        check(&offer_of(&src), &src, 5 * chunk);
+        // A change in chunk 2 resumes from there; one in chunk 0 from the start.
+        let mut changed = src.clone();
+        changed[2 * chunk + 9] ^= 1;
+        check(&offer_of(&src[..4 * chunk]), &changed, 2 * chunk);
+        changed[3] ^= 1;
+        check(&offer_of(&src[..4 * chunk]), &changed, 0);
+        // A source now shorter than what is held: at most its whole chunks.
+        check(&offer_of(&src), &src[..2 * chunk + 5], 2 * chunk);
     }
 
     #[test]

@@ -5,14 +5,18 @@
 //! header giving the content length, the verdict's bytes) is
 //! [`slipstream_proto::wire::file`]'s.
 //!
-//! Calling protocol: the sender writes [`send_header`] before the content and, after the
-//! trailer is acknowledged, waits in [`read_verdict`]; the receiver reads [`read_header`]
-//! first and ends with [`send_verdict`], whatever happened.
+//! Calling protocol: the receiver sends its [`send_offer`] first (or, when it cannot take
+//! the file at all, its [`send_verdict`] in place of it); the sender writes [`send_header`],
+//! reads the offer with [`read_offer`], sends [`send_start`] and the content from there and,
+//! after the trailer is acknowledged, waits in [`read_verdict`]. The receiver reads
+//! [`read_header`] and [`read_start`] after its offer and ends with [`send_verdict`],
+//! whatever happened.
 
 use crate::api::Connection;
 use crate::proto::conn::State as ConnState;
 use slipstream_proto::wire::file::{
-    FileHeader, Verdict, VerdictParse, FILE_HEADER_LEN, MAX_REASON, VERDICT_HEAD_LEN,
+    FileHeader, Offer, OfferParse, Start, Verdict, VerdictParse, FILE_HEADER_LEN, MAX_REASON,
+    START_LEN, VERDICT_HEAD_LEN, VERDICT_MAGIC,
 };
 use std::io;
 use std::time::{Duration, Instant};
@@ -33,25 +37,89 @@ pub fn send_header(conn: &Connection, len: u64) -> io::Result<()> {
     send_all(conn, &FileHeader { len }.encode())
 }
 
-/// Reads the header: the content length, or [`UNKNOWN_LEN`].
-pub fn read_header(conn: &Connection) -> io::Result<u64> {
-    let mut b = [0u8; FILE_HEADER_LEN];
+/// Reads exactly `b.len()` bytes; `what` names them in the error if the stream ends first.
+fn read_exact(conn: &Connection, b: &mut [u8], what: &str) -> io::Result<()> {
     let mut got = 0;
     while got < b.len() {
         match conn.recv(&mut b[got..])? {
             0 => {
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
-                    format!("the stream ended after {got} bytes, inside the file header"),
+                    format!("the stream ended inside the {what}"),
                 ))
             }
             n => got += n,
         }
     }
+    Ok(())
+}
+
+/// Reads the header: the content length, or [`UNKNOWN_LEN`].
+pub fn read_header(conn: &Connection) -> io::Result<u64> {
+    let mut b = [0u8; FILE_HEADER_LEN];
+    read_exact(conn, &mut b, "file header")?;
     FileHeader::parse(&b).map(|h| h.len).ok_or_else(|| {
         io::Error::new(
             io::ErrorKind::InvalidData,
             "the stream does not start with slipstream's file header",
+        )
+    })
+}
+
+/// Sends the receiver's offer (what it holds of the file, and the highest rate it allows).
+pub fn send_offer(conn: &Connection, offer: &Offer) -> io::Result<()> {
+    send_all(conn, &offer.encode())
+}
+
+/// Reads the receiver's offer. `Err` with the receiver's reason when it sent its verdict
+/// instead (it cannot take the file), or with why no offer came.
+pub fn read_offer(conn: &Connection) -> Result<Offer, String> {
+    let mut b = Vec::with_capacity(64);
+    let mut piece = [0u8; 4096];
+    let deadline = Instant::now() + VERDICT_WAIT;
+    loop {
+        if b.len() >= VERDICT_MAGIC.len() && b.starts_with(VERDICT_MAGIC) {
+            // The receiver refused the file before it started.
+            return match read_verdict_from(conn, b) {
+                Ok(()) => Err("the receiver answered before the transfer started".into()),
+                Err(why) => Err(why),
+            };
+        }
+        let want = match Offer::parse(&b) {
+            OfferParse::Done(o, _) => return Ok(o),
+            OfferParse::Malformed(what) => {
+                return Err(format!("the receiver's offer is malformed: {what}"))
+            }
+            OfferParse::Need(n) => (n - b.len()).min(piece.len()),
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        match conn.recv_timeout(&mut piece[..want], left) {
+            Ok(0) => return Err("the receiver closed the connection before it started".into()),
+            Ok(k) => b.extend_from_slice(&piece[..k]),
+            Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+                return Err(format!(
+                    "the receiver sent nothing for {} s after it accepted the connection",
+                    VERDICT_WAIT.as_secs()
+                ))
+            }
+            Err(e) => return Err(format!("no offer from the receiver: {e}")),
+        }
+    }
+}
+
+/// Sends where the content starts (after the header, once the offer is read).
+pub fn send_start(conn: &Connection, offset: u64) -> io::Result<()> {
+    send_all(conn, &Start { offset }.encode())
+}
+
+/// Reads where the content starts.
+pub fn read_start(conn: &Connection) -> io::Result<u64> {
+    let mut b = [0u8; START_LEN];
+    read_exact(conn, &mut b, "sender's start")?;
+    Start::parse(&b).map(|s| s.offset).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            "the sender's start is malformed (wrong magic)",
         )
     })
 }
@@ -77,7 +145,11 @@ pub fn send_verdict(conn: &Connection, outcome: Result<(), &str>) {
 /// the file; its reason, or why no verdict came (the connection ended first, or the wait),
 /// otherwise.
 pub fn read_verdict(conn: &Connection) -> Result<(), String> {
-    let mut b = Vec::with_capacity(VERDICT_HEAD_LEN + MAX_REASON);
+    read_verdict_from(conn, Vec::with_capacity(VERDICT_HEAD_LEN + MAX_REASON))
+}
+
+/// [`read_verdict`] after its first bytes, `b`.
+fn read_verdict_from(conn: &Connection, mut b: Vec<u8>) -> Result<(), String> {
     let mut piece = [0u8; 256];
     let deadline = Instant::now() + VERDICT_WAIT;
     loop {

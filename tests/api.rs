@@ -5,7 +5,7 @@ use slipstream::transfer::{self, Verdict};
 use slipstream::{
     ConnConfig, Connection, Endpoint, EndpointOptions, Mode, SharedBytes, StreamRead,
 };
-use slipstream_proto::wire::file::{FileHeader, FILE_HEADER_LEN};
+use slipstream_proto::wire::file::{FileHeader, Start, FILE_HEADER_LEN, START_LEN};
 use std::io::Read;
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
@@ -85,7 +85,8 @@ fn transfer_verified(p: &Pair, payload: &[u8]) {
             v,
             Verdict::Verified {
                 bytes: payload.len() as u64,
-                digest: transfer::digest(payload)
+                digest: transfer::digest(payload),
+                resumed_from: 0,
             }
         );
     });
@@ -99,8 +100,9 @@ fn file_mode_transfer_is_verified() {
     let s = p.client.stats().unwrap();
     assert_eq!(
         s.bytes_acked,
-        // The file header (an unknown length: send_stream reads to the end) and the trailer.
-        payload.len() as u64 + (FILE_HEADER_LEN + transfer::TRAILER_LEN) as u64
+        // The file header (an unknown length: send_stream reads to the end), the start and
+        // the trailer.
+        payload.len() as u64 + (FILE_HEADER_LEN + START_LEN + transfer::TRAILER_LEN) as u64
     );
 }
 
@@ -222,6 +224,35 @@ fn aborted_sender_is_not_a_complete_file() {
     });
     assert!(!out.exists(), "a truncated file was left as the output");
     assert!(!transfer::part_path(&out).exists(), ".part left behind");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A sender that starts anywhere but at the end of a chunk the receiver offered is refused,
+/// and the part file the receiver held is left as it was.
+#[test]
+fn a_start_the_receiver_did_not_offer_is_refused() {
+    let dir = std::env::temp_dir().join(format!("slipstream-start-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("out.bin");
+    let held = data(100_000, 9);
+    std::fs::write(transfer::part_path(&out), &held).unwrap();
+    for offset in [8 << 20, 1, 50_000] {
+        let p = pair(Mode::File, EndpointOptions::default());
+        std::thread::scope(|s| {
+            let rx = s.spawn(|| transfer::recv_file(&p.server, &out, false, |_| {}));
+            let mut stream = FileHeader { len: 16 << 20 }.encode().to_vec();
+            stream.extend_from_slice(&Start { offset }.encode());
+            stream.extend_from_slice(&data(70_000, 10));
+            let mut sent = 0;
+            while sent < stream.len() {
+                sent += p.client.send(&stream[sent..]).unwrap();
+            }
+            let e = rx.join().unwrap().unwrap_err();
+            assert!(e.to_string().contains("offered"), "{e}");
+        });
+        assert!(!out.exists());
+        assert_eq!(std::fs::read(transfer::part_path(&out)).unwrap(), held);
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -500,11 +531,11 @@ fn the_trailer_is_found_across_page_ends() {
         .enumerate()
     {
         let p = pair(Mode::File, EndpointOptions::default());
-        // Header, content and trailer end `end` bytes past the second page, in full packets
+        // Header, start, content and trailer end `end` bytes past the second page, in full packets
         // (a plain write, where `send_stream` would send the trailer in a packet of its
         // own), all sent before the receiver reads, so that whole pages wait for it.
         let payload = data(
-            2 * page_len + end - trailer - FILE_HEADER_LEN,
+            2 * page_len + end - trailer - FILE_HEADER_LEN - START_LEN,
             20 + k as u64,
         );
         let mut stream = FileHeader {
@@ -512,6 +543,7 @@ fn the_trailer_is_found_across_page_ends() {
         }
         .encode()
         .to_vec();
+        stream.extend_from_slice(&Start { offset: 0 }.encode());
         stream.extend_from_slice(&payload);
         stream.extend_from_slice(&transfer::trailer(
             payload.len() as u64,

@@ -56,12 +56,13 @@ fn send(file: &Path, uri: &str, extra: &[&str]) -> Output {
 }
 
 /// A sender to a local listener, running while the caller does something else.
-fn spawn_send(file: &Path, port: u16) -> Child {
+fn spawn_send(file: &Path, port: u16, extra: &[&str]) -> Child {
     Command::new(BIN)
         .arg("send")
         .arg(file)
         .arg(format!("srt://127.0.0.1:{port}"))
         .arg("--quiet")
+        .args(extra)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()
@@ -406,7 +407,7 @@ fn recv_writes_into_a_fifo_and_to_stdout() {
     // The sender waits for the receiver's verdict, which comes once stdout took everything:
     // stdout is drained while it runs.
     std::thread::sleep(Duration::from_millis(200));
-    let tx = spawn_send(&input, port);
+    let tx = spawn_send(&input, port, &[]);
     let rx = rx.wait_with_output().unwrap();
     let tx = tx.wait_with_output().unwrap();
     assert!(tx.status.success(), "{}", text(&tx.stderr));
@@ -448,7 +449,13 @@ fn the_receivers_failure_is_the_senders_failure() {
         tx_err.contains("receiver: ") && tx_err.contains("too large"),
         "the sender does not give the receiver's reason: {tx_err}"
     );
-    assert!(!out.exists() && !dir.join("out.bin.part").exists());
+    // No final file; what was written is kept for a resume once there is room, and the
+    // receiver says so.
+    assert!(!out.exists());
+    assert!(
+        dir.join("out.bin.part").exists() && rx_err.contains("resumes"),
+        "{rx_err}"
+    );
 
     // Into a directory, a name that exists is refused, to the sender too.
     let incoming = dir.join("incoming");
@@ -492,7 +499,7 @@ fn a_receiver_killed_after_the_last_acknowledgement_fails_the_sender() {
     };
     let port = free_port();
     let mut rx = spawn_recv(port, &fifo, &[]);
-    let tx = spawn_send(&input, port);
+    let tx = spawn_send(&input, port, &[]);
     std::thread::sleep(Duration::from_millis(2000));
     rx.kill().unwrap();
     let _ = rx.wait();
@@ -506,5 +513,196 @@ fn a_receiver_killed_after_the_last_acknowledgement_fails_the_sender() {
     assert!(text(&tx.stderr).contains("verdict"), "{}", text(&tx.stderr));
     assert!(t0.elapsed() < Duration::from_secs(12));
     drop(holder);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Sends a signal to a child by name ("INT", "TERM", "KILL").
+fn signal(child: &Child, sig: &str) {
+    let ok = Command::new("kill")
+        .args([&format!("-{sig}"), &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -{sig}");
+}
+
+/// Waits until `path` holds at least `n` bytes (a receiver's part file growing), at most
+/// `secs` seconds.
+fn wait_for_len(path: &Path, n: u64, secs: u64) {
+    let t0 = std::time::Instant::now();
+    while std::fs::metadata(path).map_or(0, |m| m.len()) < n {
+        assert!(
+            t0.elapsed() < Duration::from_secs(secs),
+            "{} never reached {n} bytes",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The bytes a resumed sender said the receiver held ("resumed: the receiver held the
+/// first N bytes"), 0 if it did not resume.
+fn resumed_from(stderr: &str) -> u64 {
+    stderr
+        .split("held the first ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// Runs a whole transfer of `input` into `out` and checks it byte for byte; returns the
+/// sender's stderr.
+fn transfer_whole(input: &Path, out: &Path, data: &[u8]) -> String {
+    let port = free_port();
+    let rx = spawn_recv(port, out, &[]);
+    let tx = send(input, &format!("srt://127.0.0.1:{port}"), &[]);
+    let rx = rx.wait_with_output().unwrap();
+    let tx_err = text(&tx.stderr);
+    assert!(tx.status.success(), "send: {tx_err}");
+    assert!(rx.status.success(), "recv: {}", text(&rx.stderr));
+    assert!(std::fs::read(out).unwrap() == data, "the output differs");
+    assert!(!part(out).exists(), "the part file outlived success");
+    tx_err
+}
+
+fn part(out: &Path) -> PathBuf {
+    let mut s = out.as_os_str().to_owned();
+    s.push(".part");
+    PathBuf::from(s)
+}
+
+/// SIGINT stops either end at once and tells the peer (no wait for its 5 s idle timeout);
+/// the receiver keeps what it has, the sender says how to resume, both exit 130 (143 for
+/// SIGTERM), and the same commands again finish the file byte for byte, sending only what
+/// was missing.
+#[test]
+fn signals_stop_both_ends_and_the_same_command_resumes() {
+    let dir = tmpdir("signals");
+    let (input, data) = write_input(&dir, 48 << 20);
+    let out = dir.join("out.bin");
+    for (who, sig, code) in [("sender", "INT", 130), ("receiver", "TERM", 143)] {
+        let _ = std::fs::remove_file(&out);
+        let port = free_port();
+        let rx = spawn_recv(port, &out, &[]);
+        std::thread::sleep(Duration::from_millis(200));
+        let tx = spawn_send(&input, port, &["--max-rate", "100mbit"]);
+        wait_for_len(&part(&out), 20 << 20, 30);
+        let t0 = std::time::Instant::now();
+        signal(if who == "sender" { &tx } else { &rx }, sig);
+        let (tx, rx) = (
+            tx.wait_with_output().unwrap(),
+            rx.wait_with_output().unwrap(),
+        );
+        let (tx_err, rx_err) = (text(&tx.stderr), text(&rx.stderr));
+        let stopped = if who == "sender" { &tx } else { &rx };
+        assert_eq!(
+            stopped.status.code(),
+            Some(code),
+            "{who}: {tx_err} {rx_err}"
+        );
+        assert!(!tx.status.success() && !rx.status.success());
+        assert!(
+            t0.elapsed() < Duration::from_secs(3),
+            "the peer of the stopped {who} took {:?}",
+            t0.elapsed()
+        );
+        let held = std::fs::metadata(part(&out)).unwrap().len();
+        assert!(held >= 20 << 20, "{held}");
+        assert!(rx_err.contains("resumes"), "{rx_err}");
+        let tx_err = transfer_whole(&input, &out, &data);
+        let resumed = resumed_from(&tx_err);
+        assert!(
+            resumed >= 16 << 20 && resumed <= held,
+            "resumed from {resumed} with {held} held: {tx_err}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What the receiver holds is checked against the source chunk by chunk: a source changed
+/// at its start is sent again in full, one changed in its middle from the chunk that
+/// changed; never spliced.
+#[test]
+fn a_source_changed_between_runs_is_sent_again_from_the_change() {
+    let dir = tmpdir("changed");
+    let (input, mut data) = write_input(&dir, 40 << 20);
+    let out = dir.join("out.bin");
+    // (byte changed, where the second run must start)
+    for (at, start) in [(5usize, 0u64), ((9 << 20) + 77, 8 << 20)] {
+        let _ = std::fs::remove_file(&out);
+        let port = free_port();
+        let rx = spawn_recv(port, &out, &[]);
+        std::thread::sleep(Duration::from_millis(200));
+        let tx = spawn_send(&input, port, &["--max-rate", "100mbit"]);
+        wait_for_len(&part(&out), 24 << 20, 30);
+        signal(&tx, "INT");
+        let _ = (
+            tx.wait_with_output().unwrap(),
+            rx.wait_with_output().unwrap(),
+        );
+        data[at] ^= 0x5a;
+        std::fs::write(&input, &data).unwrap();
+        let tx_err = transfer_whole(&input, &out, &data);
+        assert_eq!(resumed_from(&tx_err), start, "change at {at}: {tx_err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The issue's resume test at full size: `kill -9` of the sender at about half of a 1 GB
+/// transfer, then the same commands: byte-exact, and the second run sends at most 55 % of
+/// the file. A receiver killed the same way resumes as well.
+#[test]
+#[ignore = "1 GB through a release build; scripts/test.sh runs it"]
+fn a_killed_transfer_of_a_large_file_resumes_from_the_half() {
+    let dir = tmpdir("resume-1g");
+    let len: usize = 1 << 30;
+    let (input, data) = write_input(&dir, len);
+    let out = dir.join("out.bin");
+    for who in ["sender", "receiver"] {
+        let _ = std::fs::remove_file(&out);
+        let port = free_port();
+        let rx = spawn_recv(port, &out, &[]);
+        std::thread::sleep(Duration::from_millis(200));
+        let tx = spawn_send(&input, port, &["--max-rate", "2gbit"]);
+        wait_for_len(&part(&out), len as u64 / 2, 60);
+        signal(if who == "sender" { &tx } else { &rx }, "KILL");
+        let (tx, rx) = (
+            tx.wait_with_output().unwrap(),
+            rx.wait_with_output().unwrap(),
+        );
+        assert!(!tx.status.success() && !rx.status.success(), "{who}");
+        let tx_err = transfer_whole(&input, &out, &data);
+        let resumed = resumed_from(&tx_err);
+        assert!(
+            resumed >= (len as u64) * 45 / 100,
+            "after the {who} was killed the second run sent {} of {len} bytes: {tx_err}",
+            len as u64 - resumed
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A receiver's --max-rate reaches the sender: 10 MB at 40 Mbit/s take two seconds.
+#[test]
+fn the_receivers_rate_cap_holds_the_sender() {
+    let dir = tmpdir("max-rate");
+    let (input, data) = write_input(&dir, 10 << 20);
+    let out = dir.join("out.bin");
+    let port = free_port();
+    let rx = spawn_recv(port, &out, &["--max-rate", "40mbit"]);
+    let t0 = std::time::Instant::now();
+    let tx = send(&input, &format!("srt://127.0.0.1:{port}"), &[]);
+    let secs = t0.elapsed().as_secs_f64() - 0.2;
+    let rx = rx.wait_with_output().unwrap();
+    assert!(tx.status.success(), "{}", text(&tx.stderr));
+    assert!(rx.status.success(), "{}", text(&rx.stderr));
+    assert_eq!(std::fs::read(&out).unwrap(), data);
+    assert!(secs > 1.6, "10 MiB under a 40 Mbit/s cap took {secs:.2} s");
+    // A bad rate is refused before anything starts.
+    let o = Command::new(BIN)
+        .args(["send", "x", "srt://127.0.0.1:9", "--max-rate", "fast"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success() && text(&o.stderr).contains("rate"));
     let _ = std::fs::remove_dir_all(&dir);
 }

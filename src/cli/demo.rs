@@ -106,7 +106,9 @@ pub(super) fn run(
             .map_err(|_| "receiver thread panicked".to_string())?
             .map_err(|e| format!("receive failed: {e}"))?;
         let (integrity, ok) = match verdict {
-            Verdict::Verified { bytes: b, digest } if b == sent.bytes && digest == sent.digest => (
+            Verdict::Verified {
+                bytes: b, digest, ..
+            } if b == sent.bytes && digest == sent.digest => (
                 format!(
                     "verified: digest trailer matches (XXH3-128 {})",
                     super::hex(&digest)

@@ -68,20 +68,28 @@ struct Common {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Send a file: `slipstream send FILE srt://HOST:PORT` (or srt://:PORT to wait for the
-    /// receiver to call). Exits 0 only when the receiver acknowledged everything. The file is
-    /// sent mapped, as long as it was when the send began; if it changes size meanwhile, the
-    /// send fails.
+    /// receiver to call). Exits 0 only when a slipstream receiver verified the file and
+    /// committed it under its final name (a plain SRT receiver: when it acknowledged
+    /// everything). An interrupted transfer resumes when run again: only what the receiver
+    /// does not hold yet, checked chunk by chunk, is sent. The file is sent as long as it was
+    /// when the send began; if it changes size meanwhile, the send fails.
     Send {
         /// The file to send.
         file: PathBuf,
         /// Where to: srt://HOST:PORT[?streamid=NAME&...]; the stream id defaults to the
         /// file name.
         uri: String,
+        /// Send at most this fast, e.g. 300mbit or 1.5gbit (bits per second on the wire,
+        /// headers and retransmissions included). The receiver may set a lower cap.
+        #[arg(long, value_name = "RATE", value_parser = parse_rate)]
+        max_rate: Option<u64>,
         #[command(flatten)]
         common: Common,
     },
     /// Receive one file: `slipstream recv srt://:PORT OUT` (OUT may be a directory: the file
-    /// is named after the sender's stream id). Exits 0 only when the file is complete.
+    /// is named after the sender's stream id). Exits 0 only when the file is complete. It is
+    /// written to OUT.part and renamed once verified; an interrupted transfer leaves OUT.part
+    /// for the same command to resume from.
     Recv {
         /// srt://:PORT to listen (or srt://HOST:PORT to call a sending listener).
         uri: String,
@@ -93,6 +101,10 @@ enum Command {
         /// Give up if no sender connects within this many seconds.
         #[arg(long, value_name = "SECS")]
         accept_timeout: Option<f64>,
+        /// Let a slipstream sender send at most this fast, e.g. 300mbit (bits per second on
+        /// the wire); the lower of both ends' caps holds.
+        #[arg(long, value_name = "RATE", value_parser = parse_rate)]
+        max_rate: Option<u64>,
         #[command(flatten)]
         common: Common,
     },
@@ -171,22 +183,35 @@ enum Command {
 pub fn run_with(registry: CcRegistry) -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.cmd {
-        Command::Send { file, uri, common } => {
+        Command::Send {
+            file,
+            uri,
+            max_rate,
+            common,
+        } => {
             // Send regular files mapped: a truncation meanwhile ends the process with a
             // message (without the handler, files are read).
             #[cfg(target_os = "linux")]
             if let Err(e) = crate::exit_on_sigbus_in_mappings() {
                 eprintln!("slipstream: warning: no SIGBUS handler, reading the file: {e}");
             }
-            cmd_send(&file, &uri, &common, &registry)
+            cmd_send(&file, &uri, max_rate, &common, &registry)
         }
         Command::Recv {
             uri,
             out,
             force,
             accept_timeout,
+            max_rate,
             common,
-        } => cmd_recv(&uri, &out, force, accept_timeout, &common, &registry),
+        } => {
+            let opts = RecvOpts {
+                force,
+                accept_timeout,
+                max_rate,
+            };
+            cmd_recv(&uri, &out, &opts, &common, &registry)
+        }
         Command::Live {
             src,
             dst,
@@ -226,9 +251,55 @@ pub fn run_with(registry: CcRegistry) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("slipstream: error: {e}");
-            ExitCode::FAILURE
+            // Stopped by a signal: the shell's convention, 128 + its number.
+            match crate::sys::signal::stop_signal() {
+                Some("SIGINT") => ExitCode::from(130),
+                Some("SIGTERM") => ExitCode::from(143),
+                _ => ExitCode::FAILURE,
+            }
         }
     }
+}
+
+/// A rate in bits per second ("300mbit", "1.5gbit", "800000"), as bytes per second.
+fn parse_rate(v: &str) -> Result<u64, String> {
+    let bits = crate::datapath::parse_rate(v)?;
+    if bits < 8_000 {
+        return Err(format!("rate '{v}' is below 8kbit"));
+    }
+    Ok(bits / 8)
+}
+
+/// Runs `f` with SIGINT and SIGTERM aborting `conn`: the peer is sent a SHUTDOWN at once
+/// (it stops without waiting for its idle timeout) and `f`'s waits end with an error. A
+/// second signal ends the process at once. Without the handler, the signals end the process
+/// as usual.
+fn interruptible<T>(conn: &Connection, f: impl FnOnce() -> T) -> T {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    if let Err(e) = crate::sys::signal::install_stop_handler() {
+        eprintln!("slipstream: warning: no SIGINT/SIGTERM handler: {e}");
+        return f();
+    }
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !done.load(Ordering::Acquire) {
+                if crate::sys::signal::stop_requested() {
+                    conn.abort();
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        let r = f();
+        done.store(true, Ordering::Release);
+        r
+    })
+}
+
+/// The error of a transfer stopped by a signal, if it was.
+fn interrupted(what: &str) -> Option<String> {
+    crate::sys::signal::stop_signal().map(|sig| format!("{what} interrupted by {sig}"))
 }
 
 /// Runs the command line with the built-in congestion controllers.
@@ -285,7 +356,7 @@ fn conn_config(
             ("latency", uri.latency.is_some()),
             ("rcvlatency", uri.rcv_latency.is_some()),
             ("peerlatency", uri.peer_latency.is_some()),
-            ("maxbw", uri.max_bw.is_some()),
+            ("maxbw=0", uri.max_bw == Some(0)),
             ("inputbw", uri.input_bw.is_some()),
             ("oheadbw", uri.overhead_bw.is_some()),
             ("payloadsize", uri.payload_size.is_some()),
@@ -294,8 +365,13 @@ fn conn_config(
             ("timeout", uri.timeout.is_some()),
         ];
         if let Some((name, _)) = live_only.iter().find(|(_, on)| *on) {
+            let name = if name.contains('=') {
+                name.to_string()
+            } else {
+                format!("{name}=")
+            };
             return Err(format!(
-                "{name}= applies to live mode (`slipstream live`), not to file transfers"
+                "{name} applies to live mode (`slipstream live`), not to file transfers"
             ));
         }
     }
@@ -508,7 +584,13 @@ impl Summary<'_> {
     }
 }
 
-fn cmd_send(file: &Path, uri: &str, common: &Common, registry: &CcRegistry) -> CliResult {
+fn cmd_send(
+    file: &Path,
+    uri: &str,
+    max_rate: Option<u64>,
+    common: &Common,
+    registry: &CcRegistry,
+) -> CliResult {
     let uri = Uri::parse(uri)?;
     if uri.scheme != "srt" {
         return Err("send needs an srt:// destination".into());
@@ -524,6 +606,9 @@ fn cmd_send(file: &Path, uri: &str, common: &Common, registry: &CcRegistry) -> C
     }
     let stats_json = StatsJson::open(common.stats_json.as_deref())?;
     let mut cfg = conn_config(Mode::File, &uri, common, registry)?;
+    if let Some(r) = max_rate {
+        cfg.set_max_bw(r);
+    }
     let sid = uri
         .stream_id
         .clone()
@@ -532,12 +617,23 @@ fn cmd_send(file: &Path, uri: &str, common: &Common, registry: &CcRegistry) -> C
     let (ep, conn) = open(&uri, cfg, endpoint_options(common, registry)?, None)?;
     let pb = progress_bar(common, Some(meta.len()));
     let t0 = Instant::now();
-    let result = transfer::send_open_file(&conn, f, file, |n| pb.set_position(n));
+    let result = interruptible(&conn, || {
+        transfer::send_open_file(&conn, f, file, |n| pb.set_position(n))
+    });
     let secs = t0.elapsed().as_secs_f64();
     pb.finish_and_clear();
     let stats = conn.stats().ok();
     match result {
         Ok(r) => {
+            if r.resumed_from > 0 {
+                eprintln!(
+                    "resumed: the receiver held the first {} bytes ({:.1} %), checked chunk \
+                     by chunk; sent the other {}",
+                    r.resumed_from,
+                    100.0 * r.resumed_from as f64 / r.bytes.max(1) as f64,
+                    r.bytes - r.resumed_from
+                );
+            }
             let integrity = if r.committed {
                 format!(
                     "the receiver verified it (XXH3-128 {}) and committed it",
@@ -553,7 +649,7 @@ fn cmd_send(file: &Path, uri: &str, common: &Common, registry: &CcRegistry) -> C
             };
             let s = Summary {
                 role: "sent",
-                bytes: r.bytes,
+                bytes: r.bytes - r.resumed_from,
                 secs,
                 integrity,
                 verified: None,
@@ -571,6 +667,12 @@ fn cmd_send(file: &Path, uri: &str, common: &Common, registry: &CcRegistry) -> C
                     "after {} bytes acknowledged, {} retransmitted packets, RTT {:.2} ms",
                     s.bytes_acked, s.pkts_retransmitted, s.rtt_ms
                 );
+            }
+            if let Some(why) = interrupted("send") {
+                return Err(format!(
+                    "{why}; a slipstream receiver keeps what it has, and the same command \
+                     resumes from there"
+                ));
             }
             Err(format!("send failed: {e}"))
         }
@@ -625,14 +727,26 @@ fn check_writable(out: &Path, into_dir: bool) -> CliResult {
     })
 }
 
+/// `recv`'s options beyond the common ones.
+#[derive(Debug, Clone, Copy)]
+struct RecvOpts {
+    force: bool,
+    accept_timeout: Option<f64>,
+    max_rate: Option<u64>,
+}
+
 fn cmd_recv(
     uri: &str,
     out: &Path,
-    force: bool,
-    accept_timeout: Option<f64>,
+    opts: &RecvOpts,
     common: &Common,
     registry: &CcRegistry,
 ) -> CliResult {
+    let RecvOpts {
+        force,
+        accept_timeout,
+        max_rate,
+    } = *opts;
     let uri = Uri::parse(uri)?;
     if uri.scheme != "srt" {
         return Err("recv needs an srt:// source".into());
@@ -651,7 +765,11 @@ fn cmd_recv(
     if !to_stdout {
         check_writable(out, into_dir)?;
     }
-    let cfg = conn_config(Mode::File, &uri, common, registry)?;
+    let mut cfg = conn_config(Mode::File, &uri, common, registry)?;
+    if let Some(r) = max_rate {
+        // Offered to the sender, which sends at most this fast.
+        cfg.set_max_bw(r);
+    }
     let (ep, conn) = open(
         &uri,
         cfg,
@@ -671,22 +789,32 @@ fn cmd_recv(
     let path = path.inspect_err(|why| verdict::send_verdict(&conn, Err(why.as_str())))?;
     let pb = progress_bar(common, None);
     let t0 = Instant::now();
-    let result = if to_stdout {
-        transfer::recv_stream(&conn, io::stdout().lock(), |n| pb.set_position(n))
-    } else {
-        transfer::recv_file(&conn, &path, force, |n| pb.set_position(n))
-    };
+    let result = interruptible(&conn, || {
+        if to_stdout {
+            transfer::recv_stream(&conn, io::stdout().lock(), |n| pb.set_position(n))
+        } else {
+            transfer::recv_file(&conn, &path, force, |n| pb.set_position(n))
+        }
+    });
     let secs = t0.elapsed().as_secs_f64();
     pb.finish_and_clear();
     let stats = conn.stats().ok();
     match result {
         Ok(v) => {
+            let mut resumed = 0;
             let (integrity, verified, digest) = match v {
-                Verdict::Verified { digest, .. } => (
-                    format!("verified (XXH3-128 {})", hex(&digest)),
-                    true,
-                    Some(digest),
-                ),
+                Verdict::Verified {
+                    digest,
+                    resumed_from,
+                    ..
+                } => {
+                    resumed = resumed_from;
+                    (
+                        format!("verified (XXH3-128 {})", hex(&digest)),
+                        true,
+                        Some(digest),
+                    )
+                }
                 Verdict::Unverified { .. } => (
                     "UNVERIFIED: the peer offers no end-to-end digest; complete per its clean \
                      shutdown only"
@@ -695,9 +823,16 @@ fn cmd_recv(
                     None,
                 ),
             };
+            if resumed > 0 {
+                eprintln!(
+                    "resumed: {} bytes ({:.1} %) were kept from an interrupted transfer",
+                    resumed,
+                    100.0 * resumed as f64 / v.bytes().max(1) as f64
+                );
+            }
             let s = Summary {
                 role: "received",
-                bytes: v.bytes(),
+                bytes: v.bytes() - resumed,
                 secs,
                 integrity,
                 verified: Some(verified),
@@ -710,10 +845,24 @@ fn cmd_recv(
             s.write_json(&stats_json, Some(&ep));
             Ok(())
         }
-        Err(e) => Err(format!(
-            "receive failed, {} not written: {e}",
-            path.display()
-        )),
+        Err(e) => {
+            let part = transfer::part_path(&path);
+            let kept = match std::fs::metadata(&part) {
+                Ok(m) if !to_stdout && m.len() > 0 => format!(
+                    "; {} keeps {} bytes: the same command resumes from there",
+                    part.display(),
+                    m.len()
+                ),
+                _ => String::new(),
+            };
+            match interrupted("receive") {
+                Some(why) => Err(format!("{why}, {} not written{kept}", path.display())),
+                None => Err(format!(
+                    "receive failed, {} not written: {e}{kept}",
+                    path.display()
+                )),
+            }
+        }
     }
 }
 

@@ -533,6 +533,12 @@ impl Connection {
     pub fn config(&self) -> &ConnConfig {
         &self.cfg
     }
+    /// Caps the sending rate from now on, bytes per second (0: no cap), as
+    /// [`ConnConfig::set_max_bw`] does at the start: the controller sees it in the next
+    /// context it is given.
+    pub fn set_max_bw(&mut self, bytes_per_s: u64) {
+        self.cfg.set_max_bw(bytes_per_s);
+    }
     /// The stream id the caller sent (on a listener), or the one we sent (on a caller).
     pub fn stream_id(&self) -> Option<&[u8]> {
         match self.role {
