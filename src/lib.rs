@@ -26,6 +26,7 @@ pub use sys::hugepage::HugePageAlloc;
 #[cfg(target_os = "linux")]
 pub use sys::mapped::{exit_on_sigbus_in_mappings, MappedFile};
 pub mod transfer;
+pub mod tree;
 pub mod verdict;
 
 pub use api::{Connection, Endpoint, EndpointOptions};

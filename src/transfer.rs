@@ -58,7 +58,7 @@ pub const TRAILER_LEN: usize = 32;
 
 /// Bytes per read of the source, hashed straight after it: small enough to stay in the
 /// core's cache between the copy that fills it and the hash that reads it.
-const READ_PIECE: usize = 128 << 10;
+pub(crate) const READ_PIECE: usize = 128 << 10;
 
 /// Bytes hashed at a time by [`Hasher::update`], and how far ahead of them it prefetches.
 const HASH_PIECE: usize = 4 << 10;
@@ -112,7 +112,7 @@ pub fn digest(data: &[u8]) -> Digest {
 pub const RESUME_CHUNK_LOG2: u8 = 23;
 
 /// Reads from `f` at `at`, retrying interruptions; 0 at the end.
-fn read_at(f: &File, at: u64, buf: &mut [u8]) -> io::Result<usize> {
+pub(crate) fn read_at(f: &File, at: u64, buf: &mut [u8]) -> io::Result<usize> {
     loop {
         match f.read_at(buf, at) {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -448,9 +448,29 @@ fn finish_send(
     if digest_sent {
         send_all(conn, &trailer(total, &hash))?;
     }
+    let committed = conn.verdict_agreed() && known_len;
+    settle(conn, committed, || check(digest_sent))?;
+    Ok(SendReport {
+        bytes: total,
+        digest: hash,
+        digest_sent,
+        mapped: false,
+        committed,
+        resumed_from: 0,
+    })
+}
+
+/// Waits until everything sent is acknowledged and closes; with `verdict`, waits for the
+/// receiver's verdict instead of closing first and fails with its reason unless it
+/// committed. `check` runs whenever acknowledgements stall for a while and ends the wait
+/// with its error; no acknowledgement for [`ACK_IDLE`] fails.
+pub(crate) fn settle(
+    conn: &Connection,
+    verdict: bool,
+    check: impl Fn() -> io::Result<()>,
+) -> io::Result<()> {
     // The engine's linger bounds close() in absolute time; a slow but progressing transfer
     // must not fail on it, so wait for the acknowledgements first and judge by progress.
-    let committed = conn.verdict_agreed() && known_len;
     let mut left = u64::MAX;
     let mut progress_at = Instant::now();
     loop {
@@ -458,11 +478,11 @@ fn finish_send(
             Ok(()) => break,
             // The receiver answers once it has everything and may close before this end
             // heard the last acknowledgement: its verdict, if it sent one, is the outcome.
-            Err(_) if committed && matches!(conn.state()?, ConnState::Closed(_)) => break,
+            Err(_) if verdict && matches!(conn.state()?, ConnState::Closed(_)) => break,
             // A connection that ended (peer idle, say) also reads as timed out: not a stall.
             Err(e) if matches!(conn.state()?, ConnState::Closed(_)) => return Err(e),
             Err(e) if e.kind() == io::ErrorKind::TimedOut => {
-                check(digest_sent)?;
+                check()?;
                 let now = conn.unacknowledged()?;
                 if now < left {
                     (left, progress_at) = (now, Instant::now());
@@ -476,7 +496,7 @@ fn finish_send(
             Err(e) => return Err(e),
         }
     }
-    if committed {
+    if verdict {
         verdict::read_verdict(conn).map_err(|why| {
             conn.abort();
             io::Error::other(why)
@@ -486,14 +506,7 @@ fn finish_send(
     } else {
         conn.close()?;
     }
-    Ok(SendReport {
-        bytes: total,
-        digest: hash,
-        digest_sent,
-        mapped: false,
-        committed,
-        resumed_from: 0,
-    })
+    Ok(())
 }
 
 /// Writes a batch of pages taken from the receive buffer, after the `held` bytes at the
@@ -650,33 +663,29 @@ fn recv_unanswered<W: Write>(
     dst: W,
     progress: impl FnMut(u64),
 ) -> io::Result<Verdict> {
-    let held = Held::default();
-    let opening = open_recv(conn, &held)?;
-    if opening.start > 0 {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "the sender resumes a transfer this receiver holds nothing of",
-        ));
+    // Holding nothing, it offers nothing: open_recv refuses any start but 0.
+    match open_recv(conn, &Held::default())? {
+        Opening::File { len, .. } => recv_body(conn, dst, len, 0, Hasher::new(), progress),
+        Opening::Tree { .. } => Err(tree_unexpected()),
     }
-    recv_body(conn, dst, opening.len, 0, Hasher::new(), progress)
 }
 
 /// What a receiver holds of an interrupted transfer: the digests of the whole chunks of its
 /// part file ([`RESUME_CHUNK_LOG2`]), and the digest of all of them together.
 #[derive(Debug, Default)]
-struct Held {
-    chunks: Vec<Digest>,
+pub(crate) struct Held {
+    pub(crate) chunks: Vec<Digest>,
     whole: Hasher,
 }
 
 impl Held {
     /// Bytes the whole chunks cover.
-    fn len(&self) -> u64 {
+    pub(crate) fn len(&self) -> u64 {
         (self.chunks.len() as u64) << RESUME_CHUNK_LOG2
     }
 
     /// Digests what `f` holds, chunk by chunk (a partial last chunk is not offered).
-    fn scan(f: &File) -> io::Result<Self> {
+    pub(crate) fn scan(f: &File) -> io::Result<Self> {
         let chunk = 1u64 << RESUME_CHUNK_LOG2;
         let n = (f.metadata()?.len() / chunk)
             .min(u64::from(slipstream_proto::wire::file::MAX_OFFER_CHUNKS));
@@ -701,7 +710,7 @@ impl Held {
     }
 
     /// The digest of `f`'s first `len` bytes: the whole held, or read again.
-    fn prefix(&self, f: &File, len: u64) -> io::Result<Hasher> {
+    pub(crate) fn prefix(&self, f: &File, len: u64) -> io::Result<Hasher> {
         if len == self.len() {
             return Ok(self.whole.clone());
         }
@@ -722,20 +731,21 @@ impl Held {
     }
 }
 
-/// How a transfer opened: the content length if known, and where the sender starts.
+/// How a transfer opened: a file (its content length if known, and where the sender
+/// starts) or a directory tree (its manifest's length).
 #[derive(Debug, Clone, Copy)]
-struct Opening {
-    len: Option<u64>,
-    start: u64,
+enum Opening {
+    File { len: Option<u64>, start: u64 },
+    Tree { manifest_len: u64 },
 }
 
-/// The receiver's side of the opening (with an agreed verdict; otherwise the length is
-/// unknown and the start 0): offers what it holds and its rate cap (this end's own,
-/// [`Connection::max_rate`]), reads the sender's header and start and checks that the start
-/// is one it offered.
+/// The receiver's side of the opening (with an agreed verdict; otherwise a file of unknown
+/// length from 0): offers what it holds and its rate cap (this end's own,
+/// [`Connection::max_rate`]), reads the sender's header and, for a file, its start, and
+/// checks that the start is one it offered.
 fn open_recv(conn: &Connection, held: &Held) -> io::Result<Opening> {
     if !conn.verdict_agreed() {
-        return Ok(Opening {
+        return Ok(Opening::File {
             len: None,
             start: 0,
         });
@@ -752,7 +762,10 @@ fn open_recv(conn: &Connection, held: &Held) -> io::Result<Opening> {
             return Err(e);
         }
     }
-    let len = Some(verdict::read_header(conn)?).filter(|&l| l != verdict::UNKNOWN_LEN);
+    let len = match verdict::read_header(conn)? {
+        verdict::Header::Tree(manifest_len) => return Ok(Opening::Tree { manifest_len }),
+        verdict::Header::File(l) => Some(l).filter(|&l| l != verdict::UNKNOWN_LEN),
+    };
     let start = verdict::read_start(conn)?;
     let chunk = offer.chunk_len();
     if start % chunk != 0 || start > held.len() || len.is_some_and(|l| start > l) {
@@ -765,7 +778,15 @@ fn open_recv(conn: &Connection, held: &Held) -> io::Result<Opening> {
             ),
         ));
     }
-    Ok(Opening { len, start })
+    Ok(Opening::File { len, start })
+}
+
+/// The error for a directory sent where a file was expected.
+fn tree_unexpected() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        "the sender sends a directory: give the receiver a directory to put it in",
+    )
 }
 
 /// Receives the content from `start` on (the bytes before it are in `dst` already and hash
@@ -871,43 +892,95 @@ pub fn part_path(out: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
+/// What a receiver got: a file, or a directory tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Received {
+    /// A file, and what can be said of it.
+    File(Verdict),
+    /// A directory tree, file by file (see [`crate::tree`]).
+    Tree(crate::tree::TreeReport),
+}
+
 /// Receives into `out`: writes `out.part`, syncs it and renames it on success (then syncs
-/// the directory: the name is durable too); removes it on failure. Refuses to replace an
-/// existing `out` unless `force`, and replaces regular files only: an existing device, FIFO
-/// or socket (`/dev/null`, a named pipe) is written into, as `cp` and `srt-file-transmit`
-/// do, with nothing renamed. With an agreed verdict, the sender hears the outcome, and its
-/// reason on failure ([`crate::verdict`]).
+/// the directory: the name is durable too); keeps it on failure for the same transfer to
+/// resume from, unless its content proved wrong. Refuses to replace an existing `out`
+/// unless `force`, and replaces regular files only: an existing device, FIFO or socket
+/// (`/dev/null`, a named pipe) is written into, as `cp` and `srt-file-transmit` do, with
+/// nothing renamed. With an agreed verdict, the sender hears the outcome, and its reason on
+/// failure ([`crate::verdict`]). A sender that sends a directory is refused.
 pub fn recv_file(
     conn: &Connection,
     out: &Path,
     force: bool,
     progress: impl FnMut(u64),
 ) -> io::Result<Verdict> {
-    let result = recv_file_inner(conn, out, force, progress);
-    answer(conn, &result);
+    let result = recv_target(conn, out, force, false, progress);
+    answer_received(conn, &result);
+    result.and_then(|r| match r {
+        Received::File(v) => Ok(v),
+        Received::Tree(_) => Err(tree_unexpected()),
+    })
+}
+
+/// Receives whatever the sender sends as `dir/name`: a file as [`recv_file`] does, or a
+/// directory tree into `dir/name/` ([`crate::tree`]), `force` then replacing files that
+/// differ. The sender hears the outcome (for a tree, every file failed, with its reason).
+pub fn recv_into(
+    conn: &Connection,
+    dir: &Path,
+    name: &str,
+    force: bool,
+    progress: impl FnMut(u64),
+) -> io::Result<Received> {
+    let result = recv_target(conn, &dir.join(name), force, true, progress);
+    answer_received(conn, &result);
     result
 }
 
-fn recv_file_inner(
+/// Tells the sender the outcome of a receive: a tree with a failed file failed.
+fn answer_received(conn: &Connection, result: &io::Result<Received>) {
+    let reason = match result {
+        Ok(Received::Tree(t)) => t.failure(),
+        Ok(Received::File(_)) => None,
+        Err(e) => Some(e.to_string()),
+    };
+    verdict::send_verdict(conn, reason.as_deref().map_or(Ok(()), Err));
+}
+
+fn recv_target(
     conn: &Connection,
     out: &Path,
     force: bool,
+    tree: bool,
     progress: impl FnMut(u64),
-) -> io::Result<Verdict> {
+) -> io::Result<Received> {
     let ctx = |p: &Path, e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", p.display()));
-    match fs::metadata(out) {
-        Ok(m) if !m.is_file() && !m.is_dir() => {
-            let f = fs::OpenOptions::new()
-                .write(true)
-                .open(out)
-                .map_err(|e| ctx(out, e))?;
-            return recv_unanswered(conn, &f, progress);
+    match fs::symlink_metadata(out) {
+        Ok(m) if m.is_dir() && tree => {
+            // Only a tree fits: offer nothing.
+            return match open_recv(conn, &Held::default())? {
+                Opening::Tree { manifest_len } => {
+                    crate::tree::recv_tree(conn, out, force, manifest_len, progress)
+                        .map(Received::Tree)
+                }
+                Opening::File { .. } => Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!("{} is a directory", out.display()),
+                )),
+            };
         }
         Ok(m) if m.is_dir() => {
             return Err(io::Error::new(
                 io::ErrorKind::AlreadyExists,
                 format!("{} is a directory", out.display()),
             ));
+        }
+        Ok(m) if !m.is_file() && !m.file_type().is_symlink() => {
+            let f = fs::OpenOptions::new()
+                .write(true)
+                .open(out)
+                .map_err(|e| ctx(out, e))?;
+            return recv_unanswered(conn, &f, progress).map(Received::File);
         }
         Ok(_) if !force => {
             return Err(io::Error::new(
@@ -932,7 +1005,32 @@ fn recv_file_inner(
     } else {
         Held::default()
     };
-    let result = recv_part(conn, f, &part, &held, progress).and_then(|(f, v)| {
+    let opening = open_recv(conn, &held).map_err(|e| {
+        // A bad opening leaves what the part held as it was: it may be good.
+        if fs::metadata(&part).is_ok_and(|m| m.len() == 0) {
+            let _ = fs::remove_file(&part);
+        }
+        let kind = match e.kind() {
+            io::ErrorKind::InvalidData => io::ErrorKind::Other,
+            k => k,
+        };
+        io::Error::new(kind, e.to_string())
+    })?;
+    let (len, start) = match opening {
+        Opening::File { len, start } => (len, start),
+        Opening::Tree { manifest_len } => {
+            drop(f);
+            if fs::metadata(&part).is_ok_and(|m| m.len() == 0) {
+                let _ = fs::remove_file(&part);
+            }
+            if !tree {
+                return Err(tree_unexpected());
+            }
+            return crate::tree::recv_tree(conn, out, force, manifest_len, progress)
+                .map(Received::Tree);
+        }
+    };
+    let result = recv_part(conn, f, &part, &held, len, start, progress).and_then(|(f, v)| {
         f.sync_all().map_err(|e| ctx(&part, e))?;
         fs::rename(&part, out).map_err(|e| ctx(out, e))?;
         let dir = match out.parent() {
@@ -942,7 +1040,7 @@ fn recv_file_inner(
         File::open(dir)
             .and_then(|d| d.sync_all())
             .map_err(|e| ctx(dir, e))?;
-        Ok(v)
+        Ok(Received::File(v))
     });
     // What was received is kept for a resume unless there is none (an empty part), it is
     // known to be wrong (the trailer did not match), or there is no one to resume with (no
@@ -956,31 +1054,23 @@ fn recv_file_inner(
     result
 }
 
-/// Receives into the part file `f`, which holds `held`: from where the sender starts,
-/// after truncating what comes after that. Returns the file, written and unsynced.
+/// Receives into the part file `f`, which holds `held`, from where the sender starts
+/// (`start`, checked against `held`), after truncating what comes after that. Returns the
+/// file, written and unsynced.
 fn recv_part(
     conn: &Connection,
     mut f: File,
     part: &Path,
     held: &Held,
+    len: Option<u64>,
+    start: u64,
     progress: impl FnMut(u64),
 ) -> io::Result<(File, Verdict)> {
     let ctx = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", part.display()));
-    let opening = open_recv(conn, held).map_err(|e| {
-        // A bad opening leaves what the part held as it was: it may be good.
-        io::Error::new(
-            if e.kind() == io::ErrorKind::InvalidData {
-                io::ErrorKind::Other
-            } else {
-                e.kind()
-            },
-            e.to_string(),
-        )
-    })?;
-    let hasher = held.prefix(&f, opening.start).map_err(ctx)?;
-    f.set_len(opening.start).map_err(ctx)?;
-    f.seek(io::SeekFrom::Start(opening.start)).map_err(ctx)?;
-    let v = recv_body(conn, &f, opening.len, opening.start, hasher, progress)?;
+    let hasher = held.prefix(&f, start).map_err(ctx)?;
+    f.set_len(start).map_err(ctx)?;
+    f.seek(io::SeekFrom::Start(start)).map_err(ctx)?;
+    let v = recv_body(conn, &f, len, start, hasher, progress)?;
     Ok((f, v))
 }
 

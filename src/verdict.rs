@@ -18,6 +18,7 @@ use slipstream_proto::wire::file::{
     FileHeader, Offer, OfferParse, Start, Verdict, VerdictParse, FILE_HEADER_LEN, MAX_REASON,
     START_LEN, VERDICT_HEAD_LEN, VERDICT_MAGIC,
 };
+use slipstream_proto::wire::tree::TREE_MAGIC;
 use std::io;
 use std::time::{Duration, Instant};
 
@@ -38,7 +39,7 @@ pub fn send_header(conn: &Connection, len: u64) -> io::Result<()> {
 }
 
 /// Reads exactly `b.len()` bytes; `what` names them in the error if the stream ends first.
-fn read_exact(conn: &Connection, b: &mut [u8], what: &str) -> io::Result<()> {
+pub fn read_exact(conn: &Connection, b: &mut [u8], what: &str) -> io::Result<()> {
     let mut got = 0;
     while got < b.len() {
         match conn.recv(&mut b[got..])? {
@@ -54,16 +55,33 @@ fn read_exact(conn: &Connection, b: &mut [u8], what: &str) -> io::Result<()> {
     Ok(())
 }
 
-/// Reads the header: the content length, or [`UNKNOWN_LEN`].
-pub fn read_header(conn: &Connection) -> io::Result<u64> {
+/// What the sender's stream starts with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Header {
+    /// A file of this many bytes, or [`UNKNOWN_LEN`].
+    File(u64),
+    /// A directory tree, whose manifest is this long ([`slipstream_proto::wire::tree`]).
+    Tree(u64),
+}
+
+/// Reads the header: a file's content length (or [`UNKNOWN_LEN`]), or a tree's manifest
+/// length.
+pub fn read_header(conn: &Connection) -> io::Result<Header> {
     let mut b = [0u8; FILE_HEADER_LEN];
     read_exact(conn, &mut b, "file header")?;
-    FileHeader::parse(&b).map(|h| h.len).ok_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            "the stream does not start with slipstream's file header",
-        )
-    })
+    if let Some(len) = b.strip_prefix(&TREE_MAGIC[..]) {
+        return Ok(Header::Tree(u64::from_be_bytes(
+            len.try_into().unwrap_or_default(),
+        )));
+    }
+    FileHeader::parse(&b)
+        .map(|h| Header::File(h.len))
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the stream does not start with slipstream's file header",
+            )
+        })
 }
 
 /// Sends the receiver's offer (what it holds of the file, and the highest rate it allows).
@@ -74,23 +92,36 @@ pub fn send_offer(conn: &Connection, offer: &Offer) -> io::Result<()> {
 /// Reads the receiver's offer. `Err` with the receiver's reason when it sent its verdict
 /// instead (it cannot take the file), or with why no offer came.
 pub fn read_offer(conn: &Connection) -> Result<Offer, String> {
+    read_answer(conn, "offer", |b| match Offer::parse(b) {
+        OfferParse::Done(o, _) => Ok(Ok(o)),
+        OfferParse::Need(n) => Ok(Err(n)),
+        OfferParse::Malformed(what) => Err(what),
+    })
+}
+
+/// Reads a message of the receiver's, which `parse` recognises in the bytes so far
+/// (`Ok(Ok(m))`: whole; `Ok(Err(n))`: n bytes in all needed; `Err`: malformed), or its
+/// verdict sent in its place. `what` names the message in errors.
+pub fn read_answer<T>(
+    conn: &Connection,
+    what: &str,
+    parse: impl Fn(&[u8]) -> Result<Result<T, usize>, &'static str>,
+) -> Result<T, String> {
     let mut b = Vec::with_capacity(64);
-    let mut piece = [0u8; 4096];
+    let mut piece = vec![0u8; 64 << 10];
     let deadline = Instant::now() + VERDICT_WAIT;
     loop {
         if b.len() >= VERDICT_MAGIC.len() && b.starts_with(VERDICT_MAGIC) {
-            // The receiver refused the file before it started.
+            // The receiver refused before the transfer started.
             return match read_verdict_from(conn, b) {
                 Ok(()) => Err("the receiver answered before the transfer started".into()),
                 Err(why) => Err(why),
             };
         }
-        let want = match Offer::parse(&b) {
-            OfferParse::Done(o, _) => return Ok(o),
-            OfferParse::Malformed(what) => {
-                return Err(format!("the receiver's offer is malformed: {what}"))
-            }
-            OfferParse::Need(n) => (n - b.len()).min(piece.len()),
+        let want = match parse(&b) {
+            Ok(Ok(m)) => return Ok(m),
+            Err(why) => return Err(format!("the receiver's {what} is malformed: {why}")),
+            Ok(Err(n)) => (n - b.len()).min(piece.len()),
         };
         let left = deadline.saturating_duration_since(Instant::now());
         match conn.recv_timeout(&mut piece[..want], left) {
@@ -98,13 +129,18 @@ pub fn read_offer(conn: &Connection) -> Result<Offer, String> {
             Ok(k) => b.extend_from_slice(&piece[..k]),
             Err(e) if e.kind() == io::ErrorKind::TimedOut => {
                 return Err(format!(
-                    "the receiver sent nothing for {} s after it accepted the connection",
+                    "the receiver sent no {what} for {} s",
                     VERDICT_WAIT.as_secs()
                 ))
             }
-            Err(e) => return Err(format!("no offer from the receiver: {e}")),
+            Err(e) => return Err(format!("no {what} from the receiver: {e}")),
         }
     }
+}
+
+/// Sends a tree's plan (its encoded bytes), the receiver's answer to the manifest.
+pub fn send_plan(conn: &Connection, plan: &[u8]) -> io::Result<()> {
+    send_all(conn, plan)
 }
 
 /// Sends where the content starts (after the header, once the offer is read).

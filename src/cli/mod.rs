@@ -9,11 +9,12 @@ mod caps;
 mod demo;
 mod live;
 mod netem;
+mod tree;
 pub mod uri;
 
 use crate::api::{Connection, Endpoint, EndpointOptions};
 use crate::datapath::Impairment;
-use crate::transfer::{self, Verdict};
+use crate::transfer::{self, Received, Verdict};
 use crate::verdict;
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -584,6 +585,28 @@ impl Summary<'_> {
     }
 }
 
+/// Connects a sender of `file` (a file or a directory): its stream id defaults to the
+/// file's name, and `max_rate` caps it.
+fn open_sender(
+    file: &Path,
+    uri: &Uri,
+    max_rate: Option<u64>,
+    common: &Common,
+    registry: &CcRegistry,
+) -> Result<(Endpoint, Connection), String> {
+    let mut cfg = conn_config(Mode::File, uri, common, registry)?;
+    if let Some(r) = max_rate {
+        cfg.set_max_bw(r);
+    }
+    let sid = uri.stream_id.clone().or_else(|| {
+        // The name of a directory given as "." or "dir/" is its own.
+        let abs = std::fs::canonicalize(file).unwrap_or_else(|_| file.to_path_buf());
+        abs.file_name().map(|n| n.to_string_lossy().into_owned())
+    });
+    cfg.set_stream_id(sid.map(String::into_bytes));
+    open(uri, cfg, endpoint_options(common, registry)?, None)
+}
+
 fn cmd_send(
     file: &Path,
     uri: &str,
@@ -595,6 +618,9 @@ fn cmd_send(
     if uri.scheme != "srt" {
         return Err("send needs an srt:// destination".into());
     }
+    if file.is_dir() {
+        return tree::send(file, &uri, max_rate, common, registry);
+    }
     // Opened before connecting: an unreadable file fails here, not at the receiver as a
     // truncated transfer.
     let f = std::fs::File::open(file).map_err(|e| format!("{}: {e}", file.display()))?;
@@ -605,16 +631,7 @@ fn cmd_send(
         return Err(format!("{} is not a regular file", file.display()));
     }
     let stats_json = StatsJson::open(common.stats_json.as_deref())?;
-    let mut cfg = conn_config(Mode::File, &uri, common, registry)?;
-    if let Some(r) = max_rate {
-        cfg.set_max_bw(r);
-    }
-    let sid = uri
-        .stream_id
-        .clone()
-        .or_else(|| file.file_name().map(|n| n.to_string_lossy().into_owned()));
-    cfg.set_stream_id(sid.map(String::into_bytes));
-    let (ep, conn) = open(&uri, cfg, endpoint_options(common, registry)?, None)?;
+    let (ep, conn) = open_sender(file, &uri, max_rate, common, registry)?;
     let pb = progress_bar(common, Some(meta.len()));
     let t0 = Instant::now();
     let result = interruptible(&conn, || {
@@ -776,31 +793,37 @@ fn cmd_recv(
         endpoint_options(common, registry)?,
         accept_timeout,
     )?;
-    let path = if to_stdout {
-        Ok(out.to_path_buf())
-    } else if into_dir {
-        conn.stream_id_str()
+    let name = if into_dir {
+        let name = conn
+            .stream_id_str()
             .ok_or_else(|| "the sender gave no stream id; give OUT as a file name".to_string())
-            .and_then(|sid| file_name_from_stream_id(&sid))
-            .map(|name| out.join(name))
+            .and_then(|sid| file_name_from_stream_id(&sid));
+        Some(name.inspect_err(|why| verdict::send_verdict(&conn, Err(why.as_str())))?)
     } else {
-        Ok(out.to_path_buf())
+        None
     };
-    let path = path.inspect_err(|why| verdict::send_verdict(&conn, Err(why.as_str())))?;
+    let path = match &name {
+        Some(n) => out.join(n),
+        None => out.to_path_buf(),
+    };
     let pb = progress_bar(common, None);
     let t0 = Instant::now();
     let result = interruptible(&conn, || {
-        if to_stdout {
-            transfer::recv_stream(&conn, io::stdout().lock(), |n| pb.set_position(n))
-        } else {
-            transfer::recv_file(&conn, &path, force, |n| pb.set_position(n))
+        let progress = |n| pb.set_position(n);
+        match &name {
+            _ if to_stdout => {
+                transfer::recv_stream(&conn, io::stdout().lock(), progress).map(Received::File)
+            }
+            Some(n) => transfer::recv_into(&conn, out, n, force, progress),
+            None => transfer::recv_file(&conn, &path, force, progress).map(Received::File),
         }
     });
     let secs = t0.elapsed().as_secs_f64();
     pb.finish_and_clear();
     let stats = conn.stats().ok();
     match result {
-        Ok(v) => {
+        Ok(Received::Tree(t)) => tree::received(&path, &t, secs, stats, &stats_json, &ep),
+        Ok(Received::File(v)) => {
             let mut resumed = 0;
             let (integrity, verified, digest) = match v {
                 Verdict::Verified {

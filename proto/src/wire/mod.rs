@@ -9,6 +9,7 @@ mod control;
 mod data;
 pub mod file;
 mod handshake;
+pub mod tree;
 
 pub use control::{emit_nak, Ack, AckInfo, LossRanges};
 pub use data::{DataHeader, EncryptionKey, PacketPosition};
