@@ -290,3 +290,82 @@ fn a_hostile_sender_writes_nothing_outside_the_receivers_directory() {
     assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0, "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `recv --serve` takes three senders at once (two files and a tree) and a fourth after
+/// them, a line of JSON each; SIGTERM while a slow one runs cuts it short, keeps its part
+/// for a resume, tells its sender at once, and exits 0.
+#[test]
+fn a_serving_receiver_takes_concurrent_senders_until_stopped() {
+    let dir = tmpdir("serve");
+    let out = dir.join("in");
+    std::fs::create_dir_all(&out).unwrap();
+    let a: Vec<u8> = (0..(6usize << 20)).map(|i| (i % 241) as u8).collect();
+    let b: Vec<u8> = (0..(5usize << 20)).map(|i| (i % 239) as u8).collect();
+    std::fs::write(dir.join("a.bin"), &a).unwrap();
+    std::fs::write(dir.join("b.bin"), &b).unwrap();
+    let src = dir.join("t");
+    make_tree(&src, 200, 4);
+    let port = free_port();
+    let server = Command::new(BIN)
+        .args(["recv", "--serve", "--json", "--quiet"])
+        .arg(format!("srt://127.0.0.1:{port}?mode=listener"))
+        .arg(&out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let senders: Vec<Child> = [dir.join("a.bin"), dir.join("b.bin"), src.clone()]
+        .iter()
+        .map(|p| spawn_send(p, port, &["--max-rate", "100mbit"]))
+        .collect();
+    for s in senders {
+        let o = s.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", text(&o.stderr));
+    }
+    assert_eq!(std::fs::read(out.join("a.bin")).unwrap(), a);
+    assert_eq!(std::fs::read(out.join("b.bin")).unwrap(), b);
+    same_tree(&src, &out.join("t"));
+    // A slow one, stopped halfway.
+    let big: Vec<u8> = (0..(40usize << 20)).map(|i| (i % 233) as u8).collect();
+    std::fs::write(dir.join("slow.bin"), &big).unwrap();
+    let slow = spawn_send(&dir.join("slow.bin"), port, &["--max-rate", "40mbit"]);
+    let part = out.join("slow.bin.part");
+    let t0 = std::time::Instant::now();
+    while std::fs::metadata(&part).map_or(0, |m| m.len()) < 4 << 20 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the slow send never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let ok = Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    let t1 = std::time::Instant::now();
+    let server = server.wait_with_output().unwrap();
+    let slow = slow.wait_with_output().unwrap();
+    assert!(t1.elapsed() < Duration::from_secs(5));
+    let (lines, err) = (text(&server.stdout), text(&server.stderr));
+    assert!(server.status.success(), "{err}");
+    assert!(!slow.status.success());
+    assert!(
+        err.contains("stopped by SIGTERM: 3 received, 1 failed"),
+        "{err}"
+    );
+    let objs: Vec<serde_json::Value> = lines
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(objs.len(), 4, "{lines}");
+    assert_eq!(
+        objs.iter().filter(|o| o["ok"] == true).count(),
+        3,
+        "{lines}"
+    );
+    assert!(objs.iter().any(|o| o["kind"] == "tree" && o["name"] == "t"));
+    assert!(std::fs::metadata(&part).unwrap().len() >= 4 << 20);
+    let _ = std::fs::remove_dir_all(&dir);
+}

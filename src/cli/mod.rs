@@ -9,6 +9,7 @@ mod caps;
 mod demo;
 mod live;
 mod netem;
+mod serve;
 mod tree;
 pub mod uri;
 
@@ -106,6 +107,14 @@ enum Command {
         /// the wire); the lower of both ends' caps holds.
         #[arg(long, value_name = "RATE", value_parser = parse_rate)]
         max_rate: Option<u64>,
+        /// Keep accepting transfers, several at once, each into the directory OUT under its
+        /// stream id, until SIGINT/SIGTERM (which cut short what runs, keeping what it
+        /// received for the same send to resume, and exit 0). A line per transfer.
+        #[arg(long)]
+        serve: bool,
+        /// With --serve: a JSON object per finished transfer on stdout instead of lines.
+        #[arg(long, requires = "serve")]
+        json: bool,
         #[command(flatten)]
         common: Common,
     },
@@ -204,12 +213,16 @@ pub fn run_with(registry: CcRegistry) -> ExitCode {
             force,
             accept_timeout,
             max_rate,
+            serve,
+            json,
             common,
         } => {
             let opts = RecvOpts {
                 force,
                 accept_timeout,
                 max_rate,
+                serve,
+                json,
             };
             cmd_recv(&uri, &out, &opts, &common, &registry)
         }
@@ -750,6 +763,8 @@ struct RecvOpts {
     force: bool,
     accept_timeout: Option<f64>,
     max_rate: Option<u64>,
+    serve: bool,
+    json: bool,
 }
 
 fn cmd_recv(
@@ -763,6 +778,8 @@ fn cmd_recv(
         force,
         accept_timeout,
         max_rate,
+        serve,
+        json,
     } = *opts;
     let uri = Uri::parse(uri)?;
     if uri.scheme != "srt" {
@@ -786,6 +803,14 @@ fn cmd_recv(
     if let Some(r) = max_rate {
         // Offered to the sender, which sends at most this fast.
         cfg.set_max_bw(r);
+    }
+    if serve {
+        let dir = serve::check(out, uri.mode == UriMode::Listener)?;
+        let addr = uri.bind_addr()?;
+        let eo = endpoint_options(common, registry)?;
+        let ep = Endpoint::bind(addr, eo).map_err(|e| format!("binding {addr}: {e}"))?;
+        ep.listen(cfg).map_err(|e| e.to_string())?;
+        return serve::run(&ep, &dir, force, json);
     }
     let (ep, conn) = open(
         &uri,
