@@ -1,5 +1,7 @@
 //! The `slipstream` binary end to end on loopback: exit codes, files, reports.
 
+mod common;
+
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -704,5 +706,42 @@ fn the_receivers_rate_cap_holds_the_sender() {
         .output()
         .unwrap();
     assert!(!o.status.success() && text(&o.stderr).contains("rate"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A real full disk at the very end (as root, in CI: the receiver writes into a tmpfs a
+/// little smaller than the file): both ends fail, the sender with the receiver's "No space
+/// left on device", and there is no final file.
+#[test]
+fn a_full_disk_at_the_end_fails_both_ends() {
+    if !common::root_test("a_full_disk_at_the_end_fails_both_ends") {
+        return;
+    }
+    let dir = tmpdir("disk-full");
+    let (input, _) = write_input(&dir, 25 << 20);
+    let mnt = dir.join("small");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=24m", "tmpfs"])
+        .arg(&mnt)
+        .status()
+        .unwrap()
+        .success();
+    assert!(mounted, "mount -t tmpfs (needs root)");
+    let out = mnt.join("out.bin");
+    let port = free_port();
+    let rx = spawn_recv(port, &out, &[]);
+    let tx = send(&input, &format!("srt://127.0.0.1:{port}"), &[]);
+    let rx = rx.wait_with_output().unwrap();
+    let (tx_err, rx_err) = (text(&tx.stderr), text(&rx.stderr));
+    let final_exists = out.exists();
+    let _ = Command::new("umount").arg(&mnt).status();
+    assert!(!rx.status.success(), "recv: {rx_err}");
+    assert!(!tx.status.success(), "send exited 0 on a full disk: {tx_err}");
+    assert!(
+        tx_err.contains("receiver: ") && tx_err.contains("No space left on device"),
+        "{tx_err}"
+    );
+    assert!(!final_exists);
     let _ = std::fs::remove_dir_all(&dir);
 }
