@@ -179,7 +179,8 @@ pub(crate) fn duration(v: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(x * unit))
 }
 
-pub(crate) fn rate(v: &str) -> Result<u64, String> {
+/// A rate in bits per second: "300mbit", "1.5gbit", "800kbit" or a plain number.
+pub fn rate(v: &str) -> Result<u64, String> {
     let l = v.to_ascii_lowercase();
     let (num, mul) = [("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3), ("bit", 1.0)]
         .iter()

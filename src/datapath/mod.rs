@@ -11,7 +11,7 @@ mod impair;
 mod select;
 mod std_udp;
 
-pub(crate) use impair::rate as parse_rate;
+pub use impair::rate as parse_rate;
 pub use impair::{Impaired, Impairment};
 pub use select::{open, probe, Caps, AUTO_ORDER, NAMES};
 pub use std_udp::StdUdp;

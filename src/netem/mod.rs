@@ -16,9 +16,9 @@
 //! [`Link`]: slipstream_proto::sim::Link
 
 pub(crate) mod forward;
+pub mod netns;
 mod state;
 
-use crate::bench::netns;
 use crate::datapath::Impairment;
 use serde::Serialize;
 use std::fs;
@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub(crate) use state::{state_dir, STATE_ROOT};
+pub use state::{state_dir, STATE_ROOT};
 
 /// Name of the TUN interface in each namespace.
 pub const DEV: &str = "netem0";

@@ -1,14 +1,14 @@
 //! Where a running emulator keeps its state: one directory per emulator under [`STATE_ROOT`]
 //! (a tmpfs, so nothing survives a reboot, as the namespaces don't).
 
-use crate::bench::netns;
+use super::netns;
 use rustix::process::{kill_process, Pid, Signal};
 use std::fs;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// Parent of every emulator's state directory.
-pub(crate) const STATE_ROOT: &str = "/run/slipstream/netem";
+pub const STATE_ROOT: &str = "/run/slipstream/netem";
 /// The forwarder's process id.
 pub(super) const PID: &str = "pid";
 /// The forwarder's stdout and stderr.
@@ -21,7 +21,7 @@ pub(super) const INFO: &str = "info.json";
 pub(super) const STATS: &str = "stats.json";
 
 /// The state directory of emulator `name`.
-pub(crate) fn state_dir(name: &str) -> PathBuf {
+pub fn state_dir(name: &str) -> PathBuf {
     PathBuf::from(STATE_ROOT).join(name)
 }
 

@@ -10,8 +10,8 @@
 //! reports, at nanosecond resolution).
 
 use super::netns;
-use crate::datapath::{self, Datapath, DatapathStats, Tx, MAX_UDP_PAYLOAD};
 use serde::Serialize;
+use slipstream::datapath::{self, Datapath, DatapathStats, Tx, MAX_UDP_PAYLOAD};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -283,12 +283,12 @@ fn run_pair<R, S>(
     })
 }
 
-/// The asynchronous datagram API ([`crate::dgram`]), measured like the other datapaths: the
+/// The asynchronous datagram API ([`slipstream::dgram`]), measured like the other datapaths: the
 /// sender claims pool buffers, writes each payload in place and commits it (same-size sends
 /// to one destination leave as GSO batches); the receiver keeps every pool buffer posted
 /// (GRO on, so one completion may hold many datagrams) and re-posts each as it completes.
 pub fn run_async_cell(cfg: &CellConfig, path: &PathEnv) -> io::Result<CellResult> {
-    use crate::dgram::{AsyncOptions, AsyncSocket};
+    use slipstream::dgram::{AsyncOptions, AsyncSocket};
     let rx_opts = AsyncOptions {
         buffers: 256,
         buf_size: 65_536,
@@ -317,28 +317,27 @@ pub fn run_async_cell(cfg: &CellConfig, path: &PathEnv) -> io::Result<CellResult
 }
 
 /// The datapath counters an asynchronous socket's statistics correspond to.
-fn async_stats(s: &crate::dgram::AsyncStats) -> DatapathStats {
-    DatapathStats {
-        sent: s.sent_datagrams,
-        received: s.received_datagrams,
-        syscalls: s.syscalls,
-        gso_sends: s.gso_sends,
-        gro_batches: s.gro_batches,
-        zerocopy_completed: s.zerocopy,
-        zerocopy_copied: s.copied,
-        send_errors: s.send_errors,
-        degraded: s.degraded,
-        ..DatapathStats::default()
-    }
+fn async_stats(s: &slipstream::dgram::AsyncStats) -> DatapathStats {
+    let mut d = DatapathStats::default();
+    d.sent = s.sent_datagrams;
+    d.received = s.received_datagrams;
+    d.syscalls = s.syscalls;
+    d.gso_sends = s.gso_sends;
+    d.gro_batches = s.gro_batches;
+    d.zerocopy_completed = s.zerocopy;
+    d.zerocopy_copied = s.copied;
+    d.send_errors = s.send_errors;
+    d.degraded = s.degraded;
+    d
 }
 
 fn async_flood(
-    mut sock: crate::dgram::AsyncSocket,
+    mut sock: slipstream::dgram::AsyncSocket,
     dst: SocketAddr,
     size: usize,
     phase: &AtomicU8,
 ) -> io::Result<SideReport> {
-    let snap = |sock: &crate::dgram::AsyncSocket| {
+    let snap = |sock: &slipstream::dgram::AsyncSocket| {
         let st = sock.stats();
         Snap {
             at: Instant::now(),
@@ -381,32 +380,36 @@ fn async_flood(
     })
 }
 
-fn async_receive(mut sock: crate::dgram::AsyncSocket, phase: &AtomicU8) -> io::Result<SideReport> {
-    use crate::dgram::OpKind;
+fn async_receive(
+    mut sock: slipstream::dgram::AsyncSocket,
+    phase: &AtomicU8,
+) -> io::Result<SideReport> {
+    use slipstream::dgram::OpKind;
     let (mut datagrams, mut bytes) = (0u64, 0u64);
     while let Some(b) = sock.claim() {
         sock.post_recv(b);
     }
     let mut repost = 0usize;
-    let mut take = |sock: &mut crate::dgram::AsyncSocket, datagrams: &mut u64, bytes: &mut u64| {
-        let got = sock.wait_completions(RX_POLL, |c| {
-            if c.kind == OpKind::Recv && c.error.is_none() {
-                *datagrams += c.segments as u64;
-                *bytes += c.len as u64;
-            }
-            repost += 1;
-        })?;
-        for _ in 0..std::mem::take(&mut repost) {
-            match sock.claim() {
-                Some(b) => {
-                    sock.post_recv(b);
+    let mut take =
+        |sock: &mut slipstream::dgram::AsyncSocket, datagrams: &mut u64, bytes: &mut u64| {
+            let got = sock.wait_completions(RX_POLL, |c| {
+                if c.kind == OpKind::Recv && c.error.is_none() {
+                    *datagrams += c.segments as u64;
+                    *bytes += c.len as u64;
                 }
-                None => break,
+                repost += 1;
+            })?;
+            for _ in 0..std::mem::take(&mut repost) {
+                match sock.claim() {
+                    Some(b) => {
+                        sock.post_recv(b);
+                    }
+                    None => break,
+                }
             }
-        }
-        io::Result::Ok(got)
-    };
-    let snap = |sock: &crate::dgram::AsyncSocket, datagrams: u64, bytes: u64| Snap {
+            io::Result::Ok(got)
+        };
+    let snap = |sock: &slipstream::dgram::AsyncSocket, datagrams: u64, bytes: u64| Snap {
         at: Instant::now(),
         datagrams,
         bytes,

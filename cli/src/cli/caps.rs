@@ -1,7 +1,7 @@
 //! `slipstream caps`: what this kernel supports and which datapath endpoints will use.
 
 use super::CliResult;
-use crate::datapath::{self, Caps};
+use slipstream::datapath::{self, Caps};
 
 fn yn(b: bool) -> &'static str {
     if b {

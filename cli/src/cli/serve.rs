@@ -5,9 +5,9 @@
 //! or a JSON object per line on stdout with `--json`.
 
 use super::{file_name_from_stream_id, gbps, hex, CliResult};
-use crate::api::{Connection, Endpoint};
-use crate::transfer::{self, Received, Verdict};
-use crate::verdict;
+use slipstream::api::{Connection, Endpoint};
+use slipstream::transfer::{self, Received, Verdict};
+use slipstream::verdict;
 use std::collections::HashSet;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -86,7 +86,7 @@ fn report(json: bool, peer: &str, name: &str, secs: f64, r: &io::Result<Received
 
 /// Serves on `ep` (listening) into `dir` until SIGINT/SIGTERM.
 pub(super) fn run(ep: &Endpoint, dir: &Path, force: bool, json: bool) -> CliResult {
-    if let Err(e) = crate::sys::signal::install_stop_handler() {
+    if let Err(e) = slipstream::signal::install_stop_handler() {
         return Err(format!("--serve needs a SIGINT/SIGTERM handler: {e}"));
     }
     eprintln!(
@@ -99,7 +99,7 @@ pub(super) fn run(ep: &Endpoint, dir: &Path, force: bool, json: bool) -> CliResu
     let names: Arc<Mutex<HashSet<String>>> = Arc::default();
     let counts = Arc::new(Counts::default());
     let mut threads = Vec::new();
-    while !crate::sys::signal::stop_requested() {
+    while !slipstream::signal::stop_requested() {
         let conn = match ep.accept_timeout(POLL) {
             Ok(c) => Arc::new(c),
             Err(e) if e.kind() == io::ErrorKind::TimedOut => continue,
@@ -154,7 +154,7 @@ pub(super) fn run(ep: &Endpoint, dir: &Path, force: bool, json: bool) -> CliResu
         }));
     }
     ep.stop_listening();
-    let sig = crate::sys::signal::stop_signal().unwrap_or("a signal");
+    let sig = slipstream::signal::stop_signal().unwrap_or("a signal");
     let cut = lock(&running).len();
     for c in lock(&running).iter() {
         c.abort();

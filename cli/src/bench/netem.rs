@@ -1,4 +1,4 @@
-//! `slipstream bench netem`: how faithfully the link emulator ([`crate::netem`]) does what it
+//! `slipstream bench netem`: how faithfully the link emulator ([`slipstream::netem`]) does what it
 //! is told. Three probes, each on a fresh emulator, with a UDP sender in namespace a and a
 //! receiver in namespace b:
 //!
@@ -11,10 +11,10 @@
 //!   the configured one, within three standard errors of a binomial draw. Bursty
 //!   (Gilbert–Elliott) loss also reports the mean burst length.
 
-use crate::bench::netns;
-use crate::datapath::Impairment;
-use crate::netem::{self, Spec};
 use serde::Serialize;
+use slipstream::datapath::Impairment;
+use slipstream::netem::netns;
+use slipstream::netem::{self, Spec};
 use std::net::{SocketAddr, UdpSocket};
 use std::path::Path;
 use std::time::{Duration, Instant};

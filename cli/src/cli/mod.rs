@@ -13,12 +13,12 @@ mod serve;
 mod tree;
 pub mod uri;
 
-use crate::api::{Connection, Endpoint, EndpointOptions};
-use crate::datapath::Impairment;
-use crate::transfer::{self, Received, Verdict};
-use crate::verdict;
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
+use slipstream::api::{Connection, Endpoint, EndpointOptions};
+use slipstream::datapath::Impairment;
+use slipstream::transfer::{self, Received, Verdict};
+use slipstream::verdict;
 use slipstream_proto::cc::CcRegistry;
 use slipstream_proto::conn::{ConnConfig, ConnStats, MaxBw, Mode};
 use std::io::{self, IsTerminal};
@@ -202,7 +202,7 @@ pub fn run_with(registry: CcRegistry) -> ExitCode {
             // Send regular files mapped: a truncation meanwhile ends the process with a
             // message (without the handler, files are read).
             #[cfg(target_os = "linux")]
-            if let Err(e) = crate::exit_on_sigbus_in_mappings() {
+            if let Err(e) = slipstream::exit_on_sigbus_in_mappings() {
                 eprintln!("slipstream: warning: no SIGBUS handler, reading the file: {e}");
             }
             cmd_send(&file, &uri, max_rate, &common, &registry)
@@ -266,7 +266,7 @@ pub fn run_with(registry: CcRegistry) -> ExitCode {
         Err(e) => {
             eprintln!("slipstream: error: {e}");
             // Stopped by a signal: the shell's convention, 128 + its number.
-            match crate::sys::signal::stop_signal() {
+            match slipstream::signal::stop_signal() {
                 Some("SIGINT") => ExitCode::from(130),
                 Some("SIGTERM") => ExitCode::from(143),
                 _ => ExitCode::FAILURE,
@@ -277,7 +277,7 @@ pub fn run_with(registry: CcRegistry) -> ExitCode {
 
 /// A rate in bits per second ("300mbit", "1.5gbit", "800000"), as bytes per second.
 fn parse_rate(v: &str) -> Result<u64, String> {
-    let bits = crate::datapath::parse_rate(v)?;
+    let bits = slipstream::datapath::parse_rate(v)?;
     if bits < 8_000 {
         return Err(format!("rate '{v}' is below 8kbit"));
     }
@@ -290,7 +290,7 @@ fn parse_rate(v: &str) -> Result<u64, String> {
 /// as usual.
 fn interruptible<T>(conn: &Connection, f: impl FnOnce() -> T) -> T {
     use std::sync::atomic::{AtomicBool, Ordering};
-    if let Err(e) = crate::sys::signal::install_stop_handler() {
+    if let Err(e) = slipstream::signal::install_stop_handler() {
         eprintln!("slipstream: warning: no SIGINT/SIGTERM handler: {e}");
         return f();
     }
@@ -298,7 +298,7 @@ fn interruptible<T>(conn: &Connection, f: impl FnOnce() -> T) -> T {
     std::thread::scope(|s| {
         s.spawn(|| {
             while !done.load(Ordering::Acquire) {
-                if crate::sys::signal::stop_requested() {
+                if slipstream::signal::stop_requested() {
                     conn.abort();
                     return;
                 }
@@ -313,7 +313,7 @@ fn interruptible<T>(conn: &Connection, f: impl FnOnce() -> T) -> T {
 
 /// The error of a transfer stopped by a signal, if it was.
 fn interrupted(what: &str) -> Option<String> {
-    crate::sys::signal::stop_signal().map(|sig| format!("{what} interrupted by {sig}"))
+    slipstream::signal::stop_signal().map(|sig| format!("{what} interrupted by {sig}"))
 }
 
 /// Runs the command line with the built-in congestion controllers.

@@ -11,5 +11,5 @@ fn main() -> std::process::ExitCode {
     if std::env::var_os("SLIPSTREAM_HUGEPAGES").is_some_and(|v| v == "1") {
         slipstream::HugePageAlloc::enable();
     }
-    slipstream::cli::run()
+    slipstream_cli::cli::run()
 }

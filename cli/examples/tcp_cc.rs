@@ -68,7 +68,7 @@ fn registry() -> CcRegistry {
 }
 
 fn main() -> ExitCode {
-    slipstream::cli::run_with(registry())
+    slipstream_cli::cli::run_with(registry())
 }
 
 #[test]

@@ -7,7 +7,7 @@
 //! a pidfd, its times read once it has exited, and only then is it waited for. This charges each
 //! run with exactly its two peer processes, whatever else this process runs in between.
 
-use super::super::netns;
+use slipstream::netem::netns;
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::OwnedFd;

@@ -77,5 +77,5 @@ fn main() -> ExitCode {
     }
     let mut registry = CcRegistry::default();
     registry.register("bbr-trace", || Box::new(Traced::default()));
-    slipstream::cli::run_with(registry)
+    slipstream_cli::cli::run_with(registry)
 }

@@ -13,7 +13,7 @@ pub mod dgram;
 pub mod live;
 #[cfg(target_os = "linux")]
 pub mod netem;
-pub mod netns;
+pub use slipstream::netem::netns;
 pub mod table;
 pub mod transfer;
 

@@ -129,7 +129,7 @@ pub fn enter(ns: &str) -> io::Result<()> {
 }
 
 /// Waits (up to 2 s) until `dev` in `ns` reports its link operationally up.
-pub(crate) fn wait_up(ns: &str, dev: &str) -> Result<(), String> {
+pub fn wait_up(ns: &str, dev: &str) -> Result<(), String> {
     let t = std::time::Instant::now();
     loop {
         let out = Command::new("ip")
@@ -147,7 +147,7 @@ pub(crate) fn wait_up(ns: &str, dev: &str) -> Result<(), String> {
 }
 
 /// Runs `ip ARGS`, turning a failure into its stderr.
-pub(crate) fn ip(args: &[&str]) -> Result<(), String> {
+pub fn ip(args: &[&str]) -> Result<(), String> {
     let out = Command::new("ip")
         .args(args)
         .output()
@@ -180,7 +180,7 @@ fn remove_stale() {
 }
 
 /// Whether process `pid` exists and has not exited (a zombie has).
-pub(crate) fn alive(pid: u32) -> bool {
+pub fn alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         // The state follows the parenthesised command name.
         Ok(stat) => stat

@@ -4,8 +4,8 @@ use super::uri::Uri;
 use super::{
     gbps, interrupted, interruptible, open_sender, progress_bar, CliResult, Common, StatsJson,
 };
-use crate::api::Endpoint;
-use crate::tree::{self, TreeReport};
+use slipstream::api::Endpoint;
+use slipstream::tree::{self, TreeReport};
 use slipstream_proto::cc::CcRegistry;
 use slipstream_proto::conn::ConnStats;
 use std::path::Path;

@@ -737,7 +737,10 @@ fn a_full_disk_at_the_end_fails_both_ends() {
     let final_exists = out.exists();
     let _ = Command::new("umount").arg(&mnt).status();
     assert!(!rx.status.success(), "recv: {rx_err}");
-    assert!(!tx.status.success(), "send exited 0 on a full disk: {tx_err}");
+    assert!(
+        !tx.status.success(),
+        "send exited 0 on a full disk: {tx_err}"
+    );
     assert!(
         tx_err.contains("receiver: ") && tx_err.contains("No space left on device"),
         "{tx_err}"

@@ -8,7 +8,7 @@
 //! removed ([`Drop`]) whatever happens, and one left behind by a killed run is removed by the
 //! next.
 
-use super::super::netns;
+use slipstream::netem::netns;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::process::Command;

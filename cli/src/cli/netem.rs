@@ -1,9 +1,9 @@
 //! `slipstream netem up|down|stats|list`: the link emulator's command line (see
-//! [`crate::netem`]).
+//! [`slipstream::netem`]).
 
-use crate::datapath::Impairment;
-use crate::netem::{self, Spec};
 use clap::{Args, Subcommand};
+use slipstream::datapath::Impairment;
+use slipstream::netem::{self, Spec};
 use std::time::Duration;
 
 /// The `netem` subcommands.
@@ -270,7 +270,7 @@ pub(crate) fn run(cmd: NetemCmd) -> Result<(), String> {
             // whatever SLIPSTREAM_HUGEPAGES says (with huge pages here and at both ends, a
             // 10 ms path with 1 % loss lost up to 5 % of its rate; at both ends only, less).
             #[cfg(target_os = "linux")]
-            crate::HugePageAlloc::disable();
+            slipstream::HugePageAlloc::disable();
             let spec = Spec {
                 ab: Impairment::parse(&a_to_b)?,
                 ba: Impairment::parse(&b_to_a)?,

@@ -19,8 +19,8 @@
 
 use super::uri::{Uri, UriMode, MAX_LIVE_PAYLOAD};
 use super::{any_addr_for, conn_config, endpoint_options, CliResult, Common, StatsJson};
-use crate::api::{Connection, Endpoint, EndpointOptions};
 use clap::ValueEnum;
+use slipstream::api::{Connection, Endpoint, EndpointOptions};
 use slipstream_proto::cc::CcRegistry;
 use slipstream_proto::conn::{CloseReason, ConnConfig, ConnStats, Mode, State};
 use std::fs::File;
@@ -74,7 +74,7 @@ pub(super) struct LiveOpts {
 fn stop_requested() -> bool {
     #[cfg(unix)]
     {
-        crate::sys::signal::stop_requested()
+        slipstream::signal::stop_requested()
     }
     #[cfg(not(unix))]
     {
@@ -647,7 +647,7 @@ pub(super) fn run(
 ) -> CliResult {
     let stats_json = StatsJson::open(common.stats_json.as_deref())?;
     #[cfg(unix)]
-    if let Err(e) = crate::sys::signal::install_stop_handler() {
+    if let Err(e) = slipstream::signal::install_stop_handler() {
         eprintln!("slipstream: warning: no SIGINT/SIGTERM handler: {e}");
     }
     let mut stats_out: Box<dyn Write> = match &o.stats_file {
@@ -774,7 +774,7 @@ pub(super) fn run(
     let stopped_by = {
         #[cfg(unix)]
         {
-            crate::sys::signal::stop_signal()
+            slipstream::signal::stop_signal()
         }
         #[cfg(not(unix))]
         {

@@ -381,7 +381,7 @@ fn write_charts(path: &str, svg: &Path, dps: &[String], res: &[CellResult]) -> s
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::datapath::DatapathStats;
+    use slipstream::datapath::DatapathStats;
 
     fn result(dp: &str, size: usize, gbit: f64) -> CellResult {
         CellResult {

@@ -1,11 +1,11 @@
 //! `slipstream demo`: both ends in one process on loopback, each sending through a simulated
-//! lossy, delayed link ([`Impaired`](crate::datapath::Impaired)), with generated data and an
+//! lossy, delayed link ([`Impaired`](slipstream::datapath::Impaired)), with generated data and an
 //! end-to-end XXH3-128 check.
 
 use super::{conn_config, endpoint_options, progress_bar, CliResult, Common, StatsJson, Summary};
-use crate::api::Endpoint;
-use crate::datapath::Impairment;
-use crate::transfer::{self, Verdict};
+use slipstream::api::Endpoint;
+use slipstream::datapath::Impairment;
+use slipstream::transfer::{self, Verdict};
 use slipstream_proto::cc::CcRegistry;
 use slipstream_proto::conn::Mode;
 use std::io::{self, Read};
