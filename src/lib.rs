@@ -1,7 +1,7 @@
 //! slipstream: a user-space transport stack over UDP that speaks SRT.
 //!
 //! - [`api`]: the blocking API, [`Endpoint`] and [`Connection`].
-//! - [`runtime`]: the per-endpoint I/O thread driving the sans-IO engine
+//! - `runtime`: the per-endpoint I/O thread driving the sans-IO engine
 //!   ([`slipstream_proto`]).
 //! - [`datapath`]: batched datagram I/O backends and the loss-injecting [`datapath::Impaired`].
 //! - [`dgram`]: asynchronous UDP datagrams (post/complete, registered buffer pool; Linux).

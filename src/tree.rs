@@ -11,7 +11,7 @@
 //! handshake, no round trip per file), each from where the receiver's part file ends if its
 //! chunks match, then waits for the verdict.
 //!
-//! **Receiver.** [`recv_tree`] (through [`crate::transfer::recv_into`]) keeps every path
+//! **Receiver.** `recv_tree` (through [`crate::transfer::recv_into`]) keeps every path
 //! inside its directory whatever the sender sends: paths are checked when the manifest is
 //! parsed (nothing absolute, no `..`, no empty component), every directory on a path is
 //! opened relative to its parent without following a symbolic link, and files are created

@@ -161,7 +161,7 @@ pub fn read_start(conn: &Connection) -> io::Result<u64> {
 }
 
 /// Sends the receiver's verdict on `outcome` (its error's text as the reason) and closes
-/// once the sender has it, or after [`VERDICT_ACK`]. Does nothing without an agreed verdict
+/// once the sender has it, or after `VERDICT_ACK` (10 s). Does nothing without an agreed verdict
 /// or on a connection already closed (the sender then reports the connection's end).
 pub fn send_verdict(conn: &Connection, outcome: Result<(), &str>) {
     if !conn.verdict_agreed() || !matches!(conn.state(), Ok(ConnState::Connected)) {

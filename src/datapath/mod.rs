@@ -426,7 +426,7 @@ pub trait Datapath: Send + std::fmt::Debug {
 /// Interrupts a datapath's blocked `recv` from another thread.
 ///
 /// Datapaths that wait with `poll(2)` wait on an eventfd beside their socket
-/// ([`EventWake`]): a wake is one 8-byte `write(2)`. The io_uring datapath, which waits on
+/// (`EventWake`): a wake is one 8-byte `write(2)`. The io_uring datapath, which waits on
 /// its ring, is woken by a 0-byte datagram sent to its socket from a separate one, which it
 /// drops; that costs a trip through the UDP stack (route lookup, socket buffer, softirq),
 /// about ten times the eventfd's write, on the path of every message a live sender queues.

@@ -3,7 +3,7 @@
 //!
 //! `up NAME` creates the namespaces `NAME-a` and `NAME-b`, each holding one TUN interface
 //! ([`DEV`]) with an address ([`ADDR_A`], [`ADDR_B`]), and starts a background process (the
-//! forwarder, [`forward`]) that owns both TUN devices: every IP packet one side sends into its
+//! forwarder, `forward`) that owns both TUN devices: every IP packet one side sends into its
 //! interface is read by the forwarder, passed through a simulated [`Link`] for that direction
 //! (rate with a drop-tail queue, delay and jitter, random or Gilbert–Elliott loss, reordering,
 //! duplication) and written into the other side's interface when the link delivers it. Any
