@@ -210,7 +210,7 @@ impl RateEstimator {
     /// Packets/s and bytes/s received, median-filtered over the last 16 per-packet intervals,
     /// the open group's included (0 until enough samples).
     ///
-    /// "Enough" means at least [`MIN_ARRIVAL_SAMPLES`] intervals, more than half of them within
+    /// "Enough" means at least `MIN_ARRIVAL_SAMPLES` intervals, more than half of them within
     /// a factor of 8 of the median; otherwise the arrivals are too few or too irregular to
     /// report and both are 0. (UDT waits for 9 of a full window of 16; a sender's first window
     /// of 16 packets, read in a few batches, yields fewer, and the first ACK is the one that

@@ -3,7 +3,7 @@
 //! and the sender sends a directory. After the receiver's [`Offer`](super::file::Offer)
 //! (whose chunks are for a single file and do not apply here):
 //!
-//! 1. the sender sends a [`TreeHeader`] (`b"SLPTREE1"`, the manifest's length, u64
+//! 1. the sender sends a tree header (`b"SLPTREE1"`, the manifest's length, u64
 //!    big-endian, at most [`MAX_MANIFEST`]) and the manifest: one [`Entry`] after another,
 //!    each `kind` (u8: 0 directory, 1 file), the path's length (u16) and the path (bytes,
 //!    components joined by `/`, relative, checked by [`check_path`]), `mode` (u32, the
