@@ -171,7 +171,7 @@ fn emulated_path_runs_every_tool() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let udt_dir = std::env::var_os("SLIPSTREAM_UDT_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/udt"));
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/udt"));
     let missing = missing_for_emulated(&udt_dir);
     if !missing.is_empty() {
         assert!(

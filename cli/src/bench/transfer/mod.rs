@@ -184,7 +184,7 @@ impl TransferConfig {
             udt_dir: a
                 .udt_dir
                 .clone()
-                .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/udt")),
+                .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/udt")),
         })
     }
 
