@@ -684,6 +684,39 @@ fn a_killed_transfer_of_a_large_file_resumes_from_the_half() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A transfer cut by SIGINT through the emulator's loss and delay resumes through them too.
+#[test]
+fn a_resume_crosses_a_lossy_path() {
+    let dir = tmpdir("lossy-resume");
+    let (input, data) = write_input(&dir, 32 << 20);
+    let out = dir.join("out.bin");
+    let lossy = ["--netem", "loss=1%,delay=5ms"];
+    let port = free_port();
+    let rx = spawn_recv(port, &out, &lossy);
+    std::thread::sleep(Duration::from_millis(200));
+    let mut extra = vec!["--max-rate", "100mbit"];
+    extra.extend(lossy);
+    let tx = spawn_send(&input, port, &extra);
+    wait_for_len(&part(&out), 12 << 20, 30);
+    signal(&tx, "INT");
+    let (tx, rx) = (
+        tx.wait_with_output().unwrap(),
+        rx.wait_with_output().unwrap(),
+    );
+    assert_eq!(tx.status.code(), Some(130), "{}", text(&tx.stderr));
+    assert!(!rx.status.success());
+    let port = free_port();
+    let rx = spawn_recv(port, &out, &lossy);
+    let tx = send(&input, &format!("srt://127.0.0.1:{port}"), &lossy);
+    let rx = rx.wait_with_output().unwrap();
+    let tx_err = text(&tx.stderr);
+    assert!(tx.status.success(), "{tx_err}");
+    assert!(rx.status.success(), "{}", text(&rx.stderr));
+    assert!(resumed_from(&tx_err) >= 8 << 20, "{tx_err}");
+    assert!(std::fs::read(&out).unwrap() == data);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A receiver's --max-rate reaches the sender: 10 MB at 40 Mbit/s take two seconds.
 #[test]
 fn the_receivers_rate_cap_holds_the_sender() {

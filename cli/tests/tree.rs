@@ -369,3 +369,36 @@ fn a_serving_receiver_takes_concurrent_senders_until_stopped() {
     assert!(std::fs::metadata(&part).unwrap().len() >= 4 << 20);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A tree through the built-in emulator's loss and delay on both ends, then the same
+/// command again sends nothing.
+#[test]
+fn a_tree_crosses_a_lossy_path() {
+    let dir = tmpdir("lossy");
+    let src = dir.join("t");
+    make_tree(&src, 1000, 10);
+    let out = dir.join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let lossy = ["--netem", "loss=1%,delay=5ms"];
+    for round in 0..2 {
+        let port = free_port();
+        let rx = Command::new(BIN)
+            .args(["recv", &format!("srt://127.0.0.1:{port}?mode=listener")])
+            .arg(&out)
+            .args(["--quiet", "--accept-timeout", "20"])
+            .args(lossy)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let tx = spawn_send(&src, port, &lossy).wait_with_output().unwrap();
+        let rx = rx.wait_with_output().unwrap();
+        let tx_err = text(&tx.stderr);
+        assert!(tx.status.success(), "round {round}: {tx_err}");
+        assert!(rx.status.success(), "round {round}: {}", text(&rx.stderr));
+        same_tree(&src, &out.join("t"));
+        if round == 1 {
+            assert!(tx_err.contains(": 0 bytes carried"), "{tx_err}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
