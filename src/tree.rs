@@ -30,7 +30,7 @@ use rustix::fs::{self as rfs, AtFlags, Mode, OFlags, Timespec, Timestamps, CWD, 
 use slipstream_proto::wire::file::Offer;
 use slipstream_proto::wire::tree::{
     check_path, parse_manifest, Entry, FileStart, Held, Kind, Next, Plan, PlanParse,
-    FILE_START_LEN, MAX_MANIFEST, TREE_END_LEN, TREE_MAGIC,
+    FILE_START_LEN, MAX_MANIFEST, MAX_PLAN, TREE_END_LEN, TREE_MAGIC,
 };
 use std::fs::{self, File};
 use std::io;
@@ -609,10 +609,20 @@ pub(crate) fn recv_tree(
             }
         }
     }
-    // What is here already, file by file.
+    // What is here already, file by file; part files beyond what a plan can carry are
+    // offered as nothing (sent again whole). A file's manifest entry is longer than its
+    // plan entry but for a part's digests, so the rest always fits.
+    let mut room = (MAX_PLAN as usize).saturating_sub(25 * files.len());
     let (plan, parts): (Vec<Held>, Vec<Option<transfer::Held>>) = files
         .iter()
-        .map(|(e, _)| holding(&mut dirs, &e.path))
+        .map(|(e, _)| match holding(&mut dirs, &e.path) {
+            (Held::Part(c), _) if 16 * c.len() + 4 > room => (Held::Nothing, None),
+            (Held::Part(c), h) => {
+                room -= 16 * c.len() + 4;
+                (Held::Part(c), h)
+            }
+            other => other,
+        })
         .unzip();
     verdict::send_plan(conn, &Plan(plan.clone()).encode())?;
     let chunk = 1u64 << RESUME_CHUNK_LOG2;

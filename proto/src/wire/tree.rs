@@ -40,8 +40,9 @@ pub const MAX_NAME: usize = 255;
 pub const PLAN_MAGIC: &[u8; 8] = b"SLPPLAN1";
 /// Plan length before its body: magic, file count, body length.
 pub const PLAN_HEAD_LEN: usize = 16;
-/// Longest plan body accepted.
-pub const MAX_PLAN: u32 = 64 << 20;
+/// Longest plan body accepted: as long as the longest manifest, whose entries (at least 28
+/// bytes a file) are longer than a plan's (at most 25 but for a part's digests).
+pub const MAX_PLAN: u32 = MAX_MANIFEST as u32;
 /// First bytes of a file's start.
 pub const FILE_START_MAGIC: &[u8; 8] = b"SLPFILE1";
 /// File start length: magic, index, offset.
