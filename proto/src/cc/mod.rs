@@ -64,6 +64,11 @@ pub struct CcContext {
     /// such time go out slower than the controller asked, and rate reports on them measure
     /// the sender, not the path (BBR's "application-limited" samples). Never decreases.
     pub send_lag_us: u64,
+    /// Whether everything the application queued has been sent (nothing waits for its
+    /// turn): what is in flight, and the reports on it, measure the application, not the
+    /// path. A transfer that opens with a few bytes and then waits (for the peer's answer, or
+    /// while it reads) is application-limited until its data follows.
+    pub app_limited: bool,
 }
 
 /// What a controller sets. The engine reads it after every handler returns.
@@ -222,6 +227,7 @@ pub(crate) fn test_context(rtt_ms: u64, rtt_var_ms: u64, bandwidth_pps: u32) -> 
         max_bw_bps: 0,
         input_rate_bps: 0,
         send_lag_us: 0,
+        app_limited: false,
     }
 }
 

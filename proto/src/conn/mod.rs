@@ -476,6 +476,7 @@ impl Connection {
             max_bw_bps: self.max_bw_now(),
             input_rate_bps: self.input_rate.rate_bps,
             send_lag_us: self.send_lag_us,
+            app_limited: self.sbuf.unsent() == 0,
         }
     }
 
