@@ -2,6 +2,8 @@
 
 mod common;
 
+use common::free_port;
+
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -9,19 +11,8 @@ use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_slipstream");
 
-fn free_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn tmpdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("slipstream-cli-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    common::tmpdir("cli", name)
 }
 
 fn write_input(dir: &Path, len: usize) -> (PathBuf, Vec<u8>) {

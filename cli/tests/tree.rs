@@ -4,11 +4,10 @@
 
 mod common;
 
-use common::text;
+use common::{free_port, text};
 use slipstream::api::{Endpoint, EndpointOptions};
 use slipstream_proto::conn::{ConnConfig, Mode};
 use slipstream_proto::wire::tree::{Entry, Kind, TREE_MAGIC};
-use std::net::UdpSocket;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -16,19 +15,8 @@ use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_slipstream");
 
-fn free_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn tmpdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("slipstream-tree-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    common::tmpdir("tree", name)
 }
 
 fn spawn_recv(port: u16, out: &Path) -> Child {

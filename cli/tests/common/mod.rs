@@ -109,3 +109,21 @@ impl Drop for Proc {
         let _ = self.child.wait();
     }
 }
+
+/// A UDP port free on loopback a moment ago.
+pub fn free_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A fresh, empty directory for one test: `slipstream-{group}-{name}-{pid}` in the temporary
+/// directory.
+pub fn tmpdir(group: &str, name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("slipstream-{group}-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
