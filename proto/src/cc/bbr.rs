@@ -313,6 +313,13 @@ pub struct Bbr {
     cwnd: f64,
     /// Largest cumulative ACK seen.
     last_ack: Option<SeqNo>,
+    /// An ACK found nothing queued, and no ACK has found data queued since: the
+    /// application, not the path, sets the pace.
+    paused: bool,
+    /// After a pause: reports stay the application's until an ACK acknowledges a packet
+    /// after this one (the last sent when the first ACK found data queued again), since
+    /// each report's rate is over the interval since the ACK before it, which spans the pause.
+    trickle_until: Option<SeqNo>,
     /// Estimated packets in flight at the last ACK.
     inflight_est: f64,
     /// `pkts_sent` and `pkts_lost` at the start of the current round.
@@ -378,6 +385,8 @@ impl Default for Bbr {
             probe_rtt_done_us: 0,
             cwnd: INITIAL_CWND,
             last_ack: None,
+            paused: false,
+            trickle_until: None,
             inflight_est: 0.0,
             round_sent_base: 0,
             round_lost_base: 0,
@@ -937,7 +946,16 @@ impl CongestionControl for Bbr {
         // both lag, and reports that cannot lower the estimate would let the sender keep
         // overflowing the receiver (one loopback run retransmitted 13 % before this rule).
         let lossy = ctx.pkts_lost > std::mem::replace(&mut self.lost_at_ack, ctx.pkts_lost);
-        let limited = (self.sender_limited(ctx, newest) || ctx.app_limited) && !lossy;
+        if ctx.app_limited {
+            self.paused = true;
+            self.trickle_until = None;
+        } else if std::mem::take(&mut self.paused) {
+            self.trickle_until = Some(ctx.last_sent_seq);
+        } else if self.trickle_until.is_some_and(|end| end.lt(ack_seq)) {
+            self.trickle_until = None;
+        }
+        let trickle = self.paused || self.trickle_until.is_some();
+        let limited = (self.sender_limited(ctx, newest) || trickle) && !lossy;
         self.round_limited |= limited;
 
         // The unsmoothed rate of the latest ACK when there is one: a smoothed rate lags an
@@ -1000,7 +1018,7 @@ impl CongestionControl for Bbr {
             // application's trickle: a transfer that opened with a few bytes and then waited
             // took the rate of that one packet as its start, and ended Startup at a
             // hundredth of a 1 Gbit/s link.
-            let trickle = ctx.app_limited && self.state == BbrState::Startup;
+            let trickle = trickle && self.state == BbrState::Startup;
             if !trickle
                 && (!limited || self.state == BbrState::Startup || sample >= self.btl_bw_pps())
             {
@@ -1121,6 +1139,41 @@ mod tests {
         c.last_sent_seq = c.last_sent_seq.add(sent);
         c.recv_rate_pps = rate;
         ack(cc, *c, ctl, c.last_sent_seq.next(), sent);
+    }
+
+    /// A transfer that opened with one packet and then paused (a resume hashing what the
+    /// receiver holds: 0.3 s) sends its first burst; the ACK on it reports the burst over the
+    /// time since the ACK before it, which spans the pause (17 packets in 0.3 s). Taken for
+    /// the path, that rate paced the next packets, whose report showed the sender twice as
+    /// fast as the arrivals, and Startup ended at a fiftieth of the link (4 of 18 resumes through the emulator at 1 Gbit/s, 10 ms took
+    /// 7.4-26 s instead of 4.6).
+    #[test]
+    fn reports_spanning_a_pause_do_not_end_startup() {
+        let mut c = ctx(0);
+        c.rtt = Duration::from_millis(10);
+        let (mut cc, mut ctl) = started(&c);
+        // The opening: one packet, acknowledged with nothing queued behind it.
+        c.app_limited = true;
+        report(&mut cc, &mut ctl, &mut c, 1, 100);
+        // The pause, then a burst of 17 and the ACK on it, 0.3 s after the one before.
+        c.app_limited = false;
+        c.now_us += 300_000;
+        c.pkts_sent += 17;
+        c.last_sent_seq = c.last_sent_seq.add(17);
+        c.recv_rate_pps = 0;
+        c.recv_rate_last_pps = 55;
+        ack(&mut cc, c, &mut ctl, c.last_sent_seq.next(), 17);
+        // That report does not set the pace: Startup goes on as before any sample.
+        assert_eq!(cc.state, BbrState::Startup);
+        assert_eq!(cc.btl_bw_pps(), 0.0);
+        assert_eq!(ctl.send_period_us, MIN_PERIOD_US);
+        // Then reports on what the path carries, growing as Startup sends more.
+        for rate in [400, 1_500, 2_000] {
+            c.recv_rate_last_pps = rate;
+            report(&mut cc, &mut ctl, &mut c, rate / 100, rate);
+            assert_eq!(cc.state, BbrState::Startup, "at {rate} packets/s");
+        }
+        assert!(cc.btl_bw_pps() >= 1_500.0, "{}", cc.btl_bw_pps());
     }
 
     #[test]
