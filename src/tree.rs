@@ -16,7 +16,8 @@
 //! parsed (nothing absolute, no `..`, no empty component), every directory on a path is
 //! opened relative to its parent without following a symbolic link, and files are created
 //! the same way; a hostile manifest is refused whole, with nothing written. Each file is
-//! written to `NAME.part`, checked against its digest, given its mode and time and renamed;
+//! written to `NAME.part`, checked against its digest, given its mode (the permission bits
+//! only: [`KEPT_MODE`]) and time and renamed;
 //! the file system is synced once at the end, before the verdict. A file that fails (no
 //! space, exists without `--force`, digest mismatch) is reported and the others go on; the
 //! verdict fails if any failed. A file that exists and is identical to the sender's is not
@@ -38,6 +39,11 @@ use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+
+/// The permission bits a receiver applies: read, write and execute for owner, group and
+/// others. Set-user-ID, set-group-ID and sticky bits are dropped: a sender must not be able
+/// to leave a set-user-ID program behind (owned by whoever receives, root included).
+pub const KEPT_MODE: u32 = 0o777;
 
 /// What a tree transfer did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -711,7 +717,7 @@ pub(crate) fn recv_tree(
     // changed their times).
     for e in entries.iter().rev().filter(|e| e.kind == Kind::Dir) {
         if let Ok(Some(fd)) = dirs.open(&e.path, false) {
-            let _ = rfs::fchmod(fd, Mode::from_raw_mode(e.mode));
+            let _ = rfs::fchmod(fd, Mode::from_raw_mode(e.mode & KEPT_MODE));
             let _ = rfs::futimens(fd, &times(e));
         }
     }
@@ -805,7 +811,7 @@ fn recv_one(
             "digest mismatch (XXH3-128): the received data is corrupt".into(),
         ));
     }
-    let done = rfs::fchmod(&f, Mode::from_raw_mode(e.mode))
+    let done = rfs::fchmod(&f, Mode::from_raw_mode(e.mode & KEPT_MODE))
         .and_then(|()| rfs::futimens(&f, &times(e)))
         .and_then(|()| rfs::renameat(dfd, os(&pname), dfd, os(name)));
     Ok(done.map_err(|e| io::Error::from(e).to_string()))

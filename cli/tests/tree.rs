@@ -256,6 +256,24 @@ fn a_hostile_sender_writes_nothing_outside_the_receivers_directory() {
         assert!(err.contains("manifest") && err.contains("entry 0"), "{err}");
         assert!(!out.join("t").exists(), "a refused manifest created {err}");
     }
+    // Set-user-ID and sticky bits are not applied.
+    let mut m = Vec::new();
+    let mut e = file_entry(b"suid", 3);
+    e.mode = 0o4755;
+    e.encode(&mut m);
+    let mut body = slipstream_proto::wire::tree::FileStart {
+        index: 0,
+        offset: 0,
+    }
+    .encode()
+    .to_vec();
+    body.extend_from_slice(b"abc");
+    body.extend_from_slice(&slipstream::transfer::digest(b"abc"));
+    body.extend_from_slice(&slipstream_proto::wire::tree::Next::end(1));
+    let rx = hostile(&out, "s", &m, &body);
+    assert!(rx.status.success(), "{}", text(&rx.stderr));
+    let mode = std::fs::metadata(out.join("s/suid")).unwrap().mode() & 0o7777;
+    assert_eq!(mode, 0o755);
     // A link inside the receiver's directory pointing out of it is not followed.
     std::fs::create_dir_all(out.join("t")).unwrap();
     std::os::unix::fs::symlink(&outside, out.join("t/a")).unwrap();
