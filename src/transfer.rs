@@ -955,7 +955,8 @@ fn recv_target(
     progress: impl FnMut(u64),
 ) -> io::Result<Received> {
     let ctx = |p: &Path, e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", p.display()));
-    match fs::symlink_metadata(out) {
+    // Followed, as before: `/dev/stdout` is a link to a device, and is written into.
+    match fs::metadata(out) {
         Ok(m) if m.is_dir() && tree => {
             // Only a tree fits: offer nothing.
             return match open_recv(conn, &Held::default())? {
@@ -975,7 +976,7 @@ fn recv_target(
                 format!("{} is a directory", out.display()),
             ));
         }
-        Ok(m) if !m.is_file() && !m.file_type().is_symlink() => {
+        Ok(m) if !m.is_file() => {
             let f = fs::OpenOptions::new()
                 .write(true)
                 .open(out)

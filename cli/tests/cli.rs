@@ -370,8 +370,11 @@ fn recv_writes_into_a_fifo_and_to_stdout() {
         let fifo = fifo.clone();
         std::thread::spawn(move || std::fs::read(fifo).unwrap())
     };
+    // Through a symbolic link, as `/dev/stdout` is one: the FIFO is written into.
+    let link = dir.join("link");
+    std::os::unix::fs::symlink(&fifo, &link).unwrap();
     let port = free_port();
-    let rx = spawn_recv(port, &fifo, &[]);
+    let rx = spawn_recv(port, &link, &[]);
     let tx = send(&input, &format!("srt://127.0.0.1:{port}"), &[]);
     let rx = rx.wait_with_output().unwrap();
     assert!(tx.status.success(), "{}", text(&tx.stderr));
@@ -381,7 +384,7 @@ fn recv_writes_into_a_fifo_and_to_stdout() {
         reader.join().unwrap() == data,
         "the FIFO's reader got other bytes"
     );
-    assert!(!dir.join("pipe.part").exists());
+    assert!(!dir.join("pipe.part").exists() && !dir.join("link.part").exists());
     use std::os::unix::fs::FileTypeExt;
     assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
 
