@@ -307,7 +307,8 @@ pub fn send_tree(
     if offer.max_rate > 0 && (ours == 0 || offer.max_rate < ours) {
         conn.set_max_rate(offer.max_rate)?;
     }
-    let plan = verdict::read_answer(conn, "plan", |b| match Plan::parse(b) {
+    let files = u32::try_from(tree.files.len()).ok();
+    let plan = verdict::read_answer(conn, "plan", |b| match Plan::parse_for(b, files) {
         PlanParse::Done(p, _) => Ok(Ok(p)),
         PlanParse::Need(n) => Ok(Err(n)),
         PlanParse::Malformed(why) => Err(why),

@@ -245,6 +245,13 @@ impl Plan {
 
     /// Parses a plan from the bytes received so far.
     pub fn parse(b: &[u8]) -> PlanParse {
+        Self::parse_for(b, None)
+    }
+
+    /// [`Plan::parse`] for a sender that knows how many files its manifest has: a plan for
+    /// another count is refused from its header, before its body is read or anything is
+    /// allocated for it (a plan's entries take more memory than its bytes).
+    pub fn parse_for(b: &[u8], expect_files: Option<u32>) -> PlanParse {
         let magic = &b[..b.len().min(8)];
         if magic != &PLAN_MAGIC[..magic.len()] {
             return PlanParse::Malformed("not a plan (wrong magic)");
@@ -259,6 +266,9 @@ impl Plan {
         if len > MAX_PLAN {
             return PlanParse::Malformed("the plan is too long");
         }
+        if expect_files.is_some_and(|n| n != files) {
+            return PlanParse::Malformed("the plan is for another number of files");
+        }
         let total = PLAN_HEAD_LEN + len as usize;
         let Some(body) = b.get(PLAN_HEAD_LEN..total) else {
             return PlanParse::Need(total);
@@ -268,7 +278,7 @@ impl Plan {
         if files as usize > body.len() {
             return PlanParse::Malformed("the plan holds fewer files than it says");
         }
-        let mut held = Vec::with_capacity(files as usize);
+        let mut held = Vec::with_capacity((files as usize).min(1 << 16));
         for _ in 0..files {
             let h = match c.u8() {
                 Some(0) => Held::Nothing,
@@ -438,6 +448,15 @@ mod tests {
         let mut long = b.clone();
         long[12..16].copy_from_slice(&(MAX_PLAN + 1).to_be_bytes());
         assert!(matches!(Plan::parse(&long), PlanParse::Malformed(_)));
+        // A sender expecting another count refuses it from the header alone.
+        assert!(matches!(
+            Plan::parse_for(&b[..PLAN_HEAD_LEN], Some(2)),
+            PlanParse::Malformed(_)
+        ));
+        assert!(matches!(
+            Plan::parse_for(&b[..PLAN_HEAD_LEN], Some(3)),
+            PlanParse::Need(_)
+        ));
     }
 
     #[test]
