@@ -228,6 +228,21 @@ fn hostile(out: &Path, name: &str, manifest: &[u8], body: &[u8]) -> Output {
     rx
 }
 
+/// What follows the manifest of a one-file tree: the file's start, its bytes and digest, and
+/// the end (sent without waiting for the plan, which comes back first).
+fn one_file(content: &[u8]) -> Vec<u8> {
+    let mut body = slipstream_proto::wire::tree::FileStart {
+        index: 0,
+        offset: 0,
+    }
+    .encode()
+    .to_vec();
+    body.extend_from_slice(content);
+    body.extend_from_slice(&slipstream::transfer::digest(content));
+    body.extend_from_slice(&slipstream_proto::wire::tree::Next::end(1));
+    body
+}
+
 fn file_entry(path: &[u8], size: u64) -> Entry {
     Entry {
         kind: Kind::File(size),
@@ -261,16 +276,7 @@ fn a_hostile_sender_writes_nothing_outside_the_receivers_directory() {
     let mut e = file_entry(b"suid", 3);
     e.mode = 0o4755;
     e.encode(&mut m);
-    let mut body = slipstream_proto::wire::tree::FileStart {
-        index: 0,
-        offset: 0,
-    }
-    .encode()
-    .to_vec();
-    body.extend_from_slice(b"abc");
-    body.extend_from_slice(&slipstream::transfer::digest(b"abc"));
-    body.extend_from_slice(&slipstream_proto::wire::tree::Next::end(1));
-    let rx = hostile(&out, "s", &m, &body);
+    let rx = hostile(&out, "s", &m, &one_file(b"abc"));
     assert!(rx.status.success(), "{}", text(&rx.stderr));
     let mode = std::fs::metadata(out.join("s/suid")).unwrap().mode() & 0o7777;
     assert_eq!(mode, 0o755);
@@ -279,17 +285,7 @@ fn a_hostile_sender_writes_nothing_outside_the_receivers_directory() {
     std::os::unix::fs::symlink(&outside, out.join("t/a")).unwrap();
     let mut m = Vec::new();
     file_entry(b"a/x", 3).encode(&mut m);
-    // The plan comes back first; the file's start, bytes and digest follow regardless.
-    let mut body = slipstream_proto::wire::tree::FileStart {
-        index: 0,
-        offset: 0,
-    }
-    .encode()
-    .to_vec();
-    body.extend_from_slice(b"abc");
-    body.extend_from_slice(&slipstream::transfer::digest(b"abc"));
-    body.extend_from_slice(&slipstream_proto::wire::tree::Next::end(1));
-    let rx = hostile(&out, "t", &m, &body);
+    let rx = hostile(&out, "t", &m, &one_file(b"abc"));
     let err = text(&rx.stderr);
     assert!(!rx.status.success(), "{err}");
     assert!(err.contains("symbolic link"), "{err}");
