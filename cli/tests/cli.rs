@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::free_port;
+use common::{free_port, spawn_send};
 
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
@@ -45,19 +45,6 @@ fn send(file: &Path, uri: &str, extra: &[&str]) -> Output {
         .arg("--quiet")
         .args(extra)
         .output()
-        .unwrap()
-}
-
-/// A sender to a local listener, running while the caller does something else.
-fn spawn_send(file: &Path, port: u16, extra: &[&str]) -> Child {
-    Command::new(BIN)
-        .arg("send")
-        .arg(file)
-        .arg(format!("srt://127.0.0.1:{port}"))
-        .arg("--quiet")
-        .args(extra)
-        .stderr(Stdio::piped())
-        .spawn()
         .unwrap()
 }
 

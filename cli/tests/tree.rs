@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{free_port, text};
+use common::{free_port, spawn_send, text};
 use slipstream::api::{Endpoint, EndpointOptions};
 use slipstream_proto::conn::{ConnConfig, Mode};
 use slipstream_proto::wire::tree::{Entry, Kind, TREE_MAGIC};
@@ -24,19 +24,6 @@ fn spawn_recv(port: u16, out: &Path) -> Child {
         .args(["recv", &format!("srt://127.0.0.1:{port}?mode=listener")])
         .arg(out)
         .args(["--quiet", "--accept-timeout", "20"])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-fn spawn_send(dir: &Path, port: u16, extra: &[&str]) -> Child {
-    std::thread::sleep(Duration::from_millis(200));
-    Command::new(BIN)
-        .arg("send")
-        .arg(dir)
-        .arg(format!("srt://127.0.0.1:{port}"))
-        .arg("--quiet")
-        .args(extra)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()

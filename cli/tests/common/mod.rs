@@ -127,3 +127,18 @@ pub fn tmpdir(group: &str, name: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&d).unwrap();
     d
 }
+
+/// `slipstream send FILE srt://127.0.0.1:PORT --quiet EXTRA...` (a file or a directory) to a
+/// local listener, started after a moment for the listener to bind; stderr piped.
+pub fn spawn_send(file: &std::path::Path, port: u16, extra: &[&str]) -> Child {
+    std::thread::sleep(Duration::from_millis(200));
+    Command::new(env!("CARGO_BIN_EXE_slipstream"))
+        .arg("send")
+        .arg(file)
+        .arg(format!("srt://127.0.0.1:{port}"))
+        .arg("--quiet")
+        .args(extra)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
