@@ -261,6 +261,10 @@ pub struct Connection {
 
     // Timers, µs since start.
     next_ack_tick: u64,
+    /// The ACK tick sleeps: nothing has arrived since the last ACK, which the sender has
+    /// confirmed ([`Connection::ack_settled`]); the next data packet wakes it. An idle
+    /// connection then wakes for its keepalive only, not every SYN interval.
+    ack_tick_asleep: bool,
     next_nak_tick: u64,
     last_rsp_us: u64,
     last_send_us: u64,
@@ -400,6 +404,7 @@ impl Connection {
             peer_rtt_bound_us: 0,
             min_rtt: None,
             next_ack_tick: SYN_INTERVAL_US,
+            ack_tick_asleep: false,
             next_nak_tick: 0,
             last_rsp_us: 0,
             last_send_us: 0,
@@ -582,7 +587,10 @@ impl Connection {
             State::Closed(_) => return None,
             State::Connecting => self.hs.next_retry_us.min(self.hs.deadline_us),
             State::Connected | State::Closing => {
-                let mut t = self.next_ack_tick.min(self.idle_deadline_us());
+                let mut t = self.idle_deadline_us();
+                if !self.ack_tick_asleep {
+                    t = t.min(self.next_ack_tick);
+                }
                 if let Some(d) = self.rto_deadline_us() {
                     t = t.min(d);
                 }
@@ -621,8 +629,9 @@ impl Connection {
             State::Closed(_) => {}
             State::Connecting => self.hs_timeout(now_us),
             State::Connected | State::Closing => {
-                if now_us >= self.next_ack_tick {
+                if !self.ack_tick_asleep && now_us >= self.next_ack_tick {
                     self.on_ack_tick(now_us);
+                    self.ack_tick_asleep = self.ack_settled();
                 }
                 if !self.rcv_loss.is_empty() && self.cfg.nak_report && now_us >= self.next_nak_tick
                 {
@@ -644,6 +653,9 @@ impl Connection {
                 }
                 if now_us >= self.last_send_us + KEEPALIVE_US {
                     self.pending.keepalive = true;
+                    // Quiet for a second: buffers with nothing in them give their memory back.
+                    self.rbuf.release_idle();
+                    self.sbuf.release_idle();
                 }
                 if self.cfg.mode == Mode::Live {
                     self.live_timers(now_us);
@@ -1128,6 +1140,7 @@ impl Connection {
         s.pkts_recv_in_place = self.rbuf.kept();
         s.rcv_buf_bytes = self.rbuf.bytes();
         s.rcv_buf_cap_pkts = self.rbuf.cap() as u32;
+        s.buf_mem_bytes = (self.rbuf.held_bytes() + self.sbuf.held_bytes()) as u64;
         let (pps, bps) = self.rate.recv_rate();
         if self.stats.pkts_recv > 0 {
             s.est_link_capacity_pps = self.rate.bandwidth();

@@ -33,6 +33,10 @@ impl Connection {
         if h.retransmitted {
             self.stats.pkts_recv_retrans += 1;
         }
+        if self.ack_tick_asleep {
+            self.ack_tick_asleep = false;
+            self.next_ack_tick = now_us + SYN_INTERVAL_US;
+        }
         // The arrival speed and packet pairs are timed when the packet is handled: they look
         // at gaps of microseconds, where a kernel timestamp shows how a forwarder ahead of us
         // released packets in bursts, not the path's rate. The ACK interval's average is
@@ -181,6 +185,21 @@ impl Connection {
             self.pending.full_ack = true;
         }
         self.maybe_grow_rbuf();
+    }
+
+    /// Whether the ACK tick has nothing left to do until data arrive: the last full ACK
+    /// covers everything received and the sender has confirmed it, and no reopened window
+    /// waits to be announced (see [`Connection::on_ack_tick`]). Live mode keeps ticking.
+    pub(super) fn ack_settled(&self) -> bool {
+        let free = self.rbuf.free_after(self.rcv_ack) as u32;
+        self.cfg.mode != Mode::Live
+            && !self.pending.full_ack
+            && self.rcv_ack == self.last_acked_seq
+            && self.stats.pkts_recv_unique <= self.unique_at_full_ack
+            && self.stats.pkts_recv <= self.pkts_recv_at_full_ack
+            && (self.stats.pkts_recv == 0
+                || (self.rcv_ack == self.last_ackacked_seq
+                    && free <= self.last_adv_window.saturating_mul(2)))
     }
 
     /// Grows the receive buffer to twice the measured bandwidth-delay product, or while the

@@ -1,9 +1,14 @@
 //! The receiver's buffer: a ring indexed by sequence number from the next packet the application
 //! will read. Out-of-order packets wait in place; the application reads bytes (stream) or whole
-//! messages. Capacity grows by doubling up to a memory cap; otherwise nothing allocates.
+//! messages. Capacity grows by doubling up to a memory cap.
 //!
 //! The ring's memory is a run of pages of [`RecvBuffer::page_slots`] slots each (the last
-//! may be shorter). In stream
+//! may be shorter). Capacity is a promise, not memory: a page is allocated when a packet
+//! first lands in it and goes back to a small pool of spares once the read point has passed
+//! it, and the slots' metadata is allocated with the first packet. A connection that
+//! receives nothing holds no pages; one receiving a trickle holds the page or two its
+//! packets span; [`RecvBuffer::release_idle`] gives everything back once the buffer is
+//! empty. In stream
 //! mode the application may take a whole page of in-order, full packets out of the ring
 //! instead of copying it ([`RecvBuffer::take_page`]): a spare page takes its place, and the
 //! application hands the page back when done with it ([`RecvBuffer::give_page`]).
@@ -102,12 +107,14 @@ pub(crate) struct RecvBuffer {
     cap: usize,
     max_cap: usize,
     /// The ring's bytes: pages of `page_slots * slot_size` bytes, the last one shorter if
-    /// `cap` is not a whole number of pages.
+    /// `cap` is not a whole number of pages; an empty page is one not allocated (no packet
+    /// of its slots is held).
     pages: Vec<Vec<u8>>,
     /// log2 of the slots per page.
     page_shift: u32,
     /// Spare (whole) pages for [`RecvBuffer::take_page`].
     spare: Vec<Vec<u8>>,
+    /// Every slot's metadata, or empty until the first packet arrives (read as [`EMPTY`]).
     meta: Vec<RSlot>,
     /// Sequence number of the head slot: the next packet to deliver.
     read_seq: SeqNo,
@@ -145,10 +152,10 @@ impl RecvBuffer {
             slot_size,
             cap,
             max_cap: max_cap.max(cap),
-            pages: Self::alloc_pages(cap, page_shift, slot_size),
+            pages: Self::no_pages(cap, page_shift),
             page_shift,
             spare: Vec::new(),
-            meta: vec![EMPTY; cap],
+            meta: Vec::new(),
             read_seq: isn,
             head: 0,
             read_off: 0,
@@ -185,11 +192,60 @@ impl RecvBuffer {
         (PAGE_BYTES / slot_size.max(1)).max(1).ilog2()
     }
 
-    fn alloc_pages(cap: usize, page_shift: u32, slot_size: usize) -> Vec<Vec<u8>> {
+    /// The page table of a ring of `cap` slots, no page allocated.
+    fn no_pages(cap: usize, page_shift: u32) -> Vec<Vec<u8>> {
         let per_page = 1 << page_shift;
-        (0..cap.div_ceil(per_page))
-            .map(|p| vec![0; slot_size * per_page.min(cap - p * per_page)])
-            .collect()
+        let mut pages = Vec::new();
+        pages.resize_with(cap.div_ceil(per_page), Vec::new);
+        pages
+    }
+
+    /// Bytes of page `p` (the last one may be shorter).
+    fn page_len(&self, p: usize) -> usize {
+        let per_page = 1 << self.page_shift;
+        self.slot_size * per_page.min(self.cap - p * per_page)
+    }
+
+    /// Page `p`, allocated (from the spares when it is of their size) if it was not.
+    fn page_mut(&mut self, p: usize) -> &mut Vec<u8> {
+        if self.pages[p].is_empty() {
+            let len = self.page_len(p);
+            self.pages[p] = match self.spare.pop() {
+                Some(page) if page.len() == len => page,
+                other => {
+                    self.spare.extend(other);
+                    vec![0; len]
+                }
+            };
+        }
+        &mut self.pages[p]
+    }
+
+    /// The metadata of slot `i`.
+    fn m(&self, i: usize) -> &RSlot {
+        self.meta.get(i).unwrap_or(&EMPTY)
+    }
+
+    /// Gives back every page and the metadata when nothing is held: a connection that has
+    /// stopped receiving costs its page table only. Returns whether it released anything.
+    pub fn release_idle(&mut self) -> bool {
+        if self.count > 0 || self.read_off > 0 {
+            return false;
+        }
+        let held = !self.meta.is_empty()
+            || !self.spare.is_empty()
+            || self.pages.iter().any(|p| !p.is_empty());
+        self.meta = Vec::new();
+        self.spare = Vec::new();
+        self.pages.iter_mut().for_each(|p| *p = Vec::new());
+        held
+    }
+
+    /// Bytes of memory the buffer holds now (pages, spares and metadata).
+    pub fn held_bytes(&self) -> usize {
+        let pages: usize = self.pages.iter().map(Vec::capacity).sum();
+        let spare: usize = self.spare.iter().map(Vec::capacity).sum();
+        pages + spare + self.meta.capacity() * std::mem::size_of::<RSlot>()
     }
 
     /// Slots per page: [`RecvBuffer::take_page`] hands out this many packets at a time.
@@ -248,17 +304,30 @@ impl RecvBuffer {
             return Insert::Overflow;
         }
         let i = self.idx(off as usize);
-        if self.meta[i].present {
+        if self.m(i).present {
             return Insert::Duplicate;
+        }
+        if self.meta.is_empty() {
+            self.meta = vec![EMPTY; self.cap];
         }
         let n = payload.len().min(self.slot_size);
         let (p, o) = self.at(i);
         match payload {
             Payload::Owned(buf, _) if self.page_shift == 0 && buf.len() == self.slot_size => {
-                std::mem::swap(&mut self.pages[p], buf);
+                if self.pages[p].is_empty() {
+                    // The caller's buffer becomes the page; it gets a spare (or an
+                    // unallocated page of the same length) back.
+                    self.pages[p] = std::mem::take(buf);
+                    *buf = match self.spare.pop() {
+                        Some(page) => page,
+                        None => vec![0; self.slot_size],
+                    };
+                } else {
+                    std::mem::swap(&mut self.pages[p], buf);
+                }
                 self.kept += 1;
             }
-            payload => self.pages[p][o..o + n].copy_from_slice(&payload.bytes()[..n]),
+            payload => self.page_mut(p)[o..o + n].copy_from_slice(&payload.bytes()[..n]),
         }
         self.meta[i] = RSlot {
             present: true,
@@ -274,27 +343,48 @@ impl RecvBuffer {
 
     pub fn is_present(&self, seq: SeqNo) -> bool {
         let off = seq.diff(self.read_seq);
-        off >= 0 && (off as usize) < self.cap && self.meta[self.idx(off as usize)].present
+        off >= 0 && (off as usize) < self.cap && self.m(self.idx(off as usize)).present
     }
 
     /// The head packet's metadata, if present.
     pub fn head(&self) -> Option<&RSlot> {
-        let m = &self.meta[self.head];
+        let m = self.m(self.head);
         m.present.then_some(m)
     }
 
     fn advance(&mut self, n: usize) {
+        let mask = self.page_slots() - 1;
         for k in 0..n {
             let i = self.idx(k);
-            if self.meta[i].present {
+            if self.m(i).present {
                 self.count -= 1;
                 self.bytes -= u64::from(self.meta[i].len);
                 self.meta[i].present = false;
+            }
+            if i & mask == mask || i + 1 == self.cap {
+                // The read point leaves page `i`'s.
+                self.retire_page(i >> self.page_shift);
             }
         }
         self.head = self.idx(n);
         self.read_seq = self.read_seq.add(n as u32);
         self.read_off = 0;
+    }
+
+    /// Takes page `p` out of the ring into the spares (or frees it) once the read point has
+    /// left it, unless it holds packets: those at the far end of a full window land in the
+    /// slots just behind the read point.
+    fn retire_page(&mut self, p: usize) {
+        if self.pages[p].is_empty() {
+            return;
+        }
+        let first = p << self.page_shift;
+        let last = (first + self.page_slots()).min(self.cap);
+        if (first..last).any(|i| self.m(i).present) {
+            return;
+        }
+        let page = std::mem::take(&mut self.pages[p]);
+        self.give_page(page);
     }
 
     /// Stream read: copies contiguous bytes of packets before `limit` into `out`. With
@@ -307,7 +397,7 @@ impl RecvBuffer {
             if to_page && done > 0 && self.read_off == 0 && self.head & mask == 0 {
                 break;
             }
-            let m = self.meta[self.head];
+            let m = *self.m(self.head);
             if !m.present {
                 break;
             }
@@ -339,7 +429,7 @@ impl RecvBuffer {
         if !aligned || self.head + n > self.cap || limit.diff(self.read_seq) < n as i32 {
             return None;
         }
-        let slots = &self.meta[self.head..self.head + n];
+        let slots = self.meta.get(self.head..self.head + n)?;
         let len = match slots {
             [m] if m.present => m.len as usize,
             _ if slots
@@ -350,11 +440,9 @@ impl RecvBuffer {
             }
             _ => return None,
         };
-        let fresh = match self.spare.pop() {
-            Some(p) => p,
-            None => vec![0; self.page_bytes()],
-        };
-        let page = std::mem::replace(&mut self.pages[self.head >> self.page_shift], fresh);
+        // An unallocated page takes its place: the next packet to land in it allocates (or
+        // takes a spare).
+        let page = std::mem::take(&mut self.pages[self.head >> self.page_shift]);
         self.advance(n);
         Some((page, len))
     }
@@ -371,14 +459,14 @@ impl RecvBuffer {
     /// Length in packets and bytes of the complete message at the head, if complete and all of
     /// it lies before `limit`.
     pub fn head_message(&self, limit: SeqNo) -> Option<(usize, usize)> {
-        let first = self.meta[self.head];
+        let first = *self.m(self.head);
         if !first.present {
             return None;
         }
         let avail = limit.diff(self.read_seq).max(0) as usize;
         let mut bytes = 0usize;
         for k in 0..avail.min(self.cap) {
-            let m = &self.meta[self.idx(k)];
+            let m = self.m(self.idx(k));
             if !m.present || (k > 0 && (m.pos.is_first() || m.msg_no != first.msg_no)) {
                 return None;
             }
@@ -413,7 +501,7 @@ impl RecvBuffer {
     /// Skips the head slot if it holds a packet that does not start a message (a fragment whose
     /// beginning was dropped). Returns whether it skipped.
     pub fn skip_orphan_head(&mut self) -> bool {
-        let m = self.meta[self.head];
+        let m = *self.m(self.head);
         if m.present && !m.pos.is_first() {
             self.advance(1);
             return true;
@@ -429,7 +517,7 @@ impl RecvBuffer {
         let by_sender = (sender_upto.diff(self.read_seq).max(0) as usize).min(n);
         let mut sender = 0;
         for k in 0..by_sender {
-            if !self.meta[self.idx(k)].present {
+            if !self.m(self.idx(k)).present {
                 sender += 1;
             }
         }
@@ -460,7 +548,7 @@ impl RecvBuffer {
     pub fn first_present(&self, limit: SeqNo) -> Option<(SeqNo, RSlot)> {
         let avail = limit.diff(self.read_seq).max(0) as usize;
         (0..avail.min(self.cap)).find_map(|k| {
-            let m = self.meta[self.idx(k)];
+            let m = *self.m(self.idx(k));
             m.present.then(|| (self.read_seq.add(k as u32), m))
         })
     }
@@ -469,9 +557,9 @@ impl RecvBuffer {
     /// `limit`): where delivery can resume if the hole is given up.
     pub fn first_present_after_hole(&self, limit: SeqNo) -> Option<(SeqNo, RSlot)> {
         let avail = (limit.diff(self.read_seq).max(0) as usize).min(self.cap);
-        let hole = (0..avail).find(|&k| !self.meta[self.idx(k)].present)?;
+        let hole = (0..avail).find(|&k| !self.m(self.idx(k)).present)?;
         (hole + 1..avail).find_map(|k| {
-            let m = self.meta[self.idx(k)];
+            let m = *self.m(self.idx(k));
             m.present.then(|| (self.read_seq.add(k as u32), m))
         })
     }
@@ -482,36 +570,46 @@ impl RecvBuffer {
             return false;
         }
         let new_cap = (self.cap * 2).min(self.max_cap);
-        let page_shift = self.page_shift;
-        let mut meta = vec![EMPTY; new_cap];
-        let pages = if page_shift == 0 {
-            // A page per slot: the pages move, in ring order; only the new slots allocate.
-            let mut pages = Vec::with_capacity(new_cap);
-            for (k, m) in meta.iter_mut().enumerate().take(self.cap) {
-                let i = self.idx(k);
-                pages.push(std::mem::take(&mut self.pages[i]));
-                *m = self.meta[i];
-            }
-            pages.resize_with(new_cap, || vec![0; self.slot_size]);
-            pages
-        } else {
-            let mut pages = Self::alloc_pages(new_cap, page_shift, self.slot_size);
-            let mask = (1 << page_shift) - 1;
-            for k in 0..self.cap {
-                let i = self.idx(k);
-                if self.meta[i].present {
-                    let len = self.meta[i].len as usize;
-                    let o = (k & mask) * self.slot_size;
-                    pages[k >> page_shift][o..o + len].copy_from_slice(self.slot(i, len));
-                }
-                meta[k] = self.meta[i];
-            }
-            pages
-        };
-        self.pages = pages;
-        self.meta = meta;
+        let old_cap = self.cap;
+        let old_head = self.head;
+        let idx = |k: usize| (old_head + k) % old_cap;
+        let mut old_pages = std::mem::replace(&mut self.pages, Self::no_pages(new_cap, self.page_shift));
+        let old_meta = std::mem::take(&mut self.meta);
         self.cap = new_cap;
         self.head = 0;
+        if old_meta.is_empty() {
+            self.spare.extend(old_pages.into_iter().filter(|p| !p.is_empty()));
+            let page_bytes = self.page_bytes();
+            self.spare.retain(|p| p.len() == page_bytes);
+            return true;
+        }
+        self.meta = vec![EMPTY; new_cap];
+        if self.page_shift == 0 {
+            // A page per slot: the pages move, in ring order.
+            for k in 0..old_cap {
+                let i = idx(k);
+                self.pages[k] = std::mem::take(&mut old_pages[i]);
+                self.meta[k] = old_meta[i];
+            }
+        } else {
+            let mask = (1 << self.page_shift) - 1;
+            for k in 0..old_cap {
+                let i = idx(k);
+                if old_meta[i].present {
+                    let len = old_meta[i].len as usize;
+                    let (p, o) = (i >> self.page_shift, (i & mask) * self.slot_size);
+                    let from = &old_pages[p][o..o + len];
+                    let o = (k & mask) * self.slot_size;
+                    self.page_mut(k >> self.page_shift)[o..o + len].copy_from_slice(from);
+                }
+                self.meta[k] = old_meta[i];
+            }
+            for page in old_pages {
+                if !page.is_empty() {
+                    self.give_page(page);
+                }
+            }
+        }
         true
     }
 }
@@ -594,6 +692,40 @@ mod tests {
     }
 
     #[test]
+    fn pages_are_held_only_while_packets_span_them() {
+        // 1456-byte slots, 8192 of them (12 MB of capacity): pages of 512 slots.
+        let mut b = RecvBuffer::new(1456, 8192, 8192, s(0));
+        assert_eq!(b.held_bytes(), 0, "nothing before the first packet");
+        let page = 512 * 1456;
+        let mut out = [0u8; 64];
+        // A trickle of 64-byte messages read as they come, around the ring three times:
+        // the pages the read point has left go back to a few spares.
+        for k in 0..3 * 8192u32 {
+            assert_eq!(put(&mut b, k, &[k as u8; 64]), Insert::Stored);
+            assert_eq!(b.read_message(s(k + 1), &mut out), MsgRead::Done(64));
+            let pages = b.pages.iter().filter(|p| !p.is_empty()).count();
+            assert!(pages <= 1, "{pages} pages held at {k}");
+            assert!(b.held_bytes() <= (1 + PAGE_POOL) * page + 8192 * 24, "at {k}");
+        }
+        // Out of order, a whole window ahead: the slots behind the read point hold the far
+        // end of the window, and the page they lie on is kept until they are read.
+        let base = 3 * 8192u32;
+        for k in (base + 1..base + 8192).rev() {
+            assert_eq!(put(&mut b, k, &[k as u8; 64]), Insert::Stored);
+        }
+        assert_eq!(put(&mut b, base, &[base as u8; 64]), Insert::Stored);
+        for k in base..base + 8192 {
+            assert_eq!(b.read_message(s(k + 1), &mut out), MsgRead::Done(64), "at {k}");
+            assert_eq!(out[0], k as u8);
+        }
+        // Empty again: everything goes back.
+        assert!(b.release_idle());
+        assert_eq!(b.held_bytes(), 0);
+        assert_eq!(put(&mut b, base + 8192, b"x"), Insert::Stored);
+        assert_eq!(b.read_message(s(base + 8193), &mut out), MsgRead::Done(1));
+    }
+
+    #[test]
     fn whole_pages_of_full_packets_are_taken_not_copied() {
         // Slots of 2 bytes, 20 of them: pages of 8 slots, the last one of 4.
         let mut b = RecvBuffer::with_page_shift(2, 20, 64, s(0), 3);
@@ -631,9 +763,11 @@ mod tests {
         assert_eq!(b.read_seq(), s(20));
         let (page, _) = b.take_page(s(28)).expect("the first page again");
         assert_eq!(page[..4], [20, 20, 21, 21]);
-        // The page given back took its place in the ring.
-        assert_eq!(b.pages[0].as_ptr(), first);
-        assert!(b.spare.is_empty());
+        // The page given back held packets 8-15 and went back to the spares when the read
+        // point left it; the pages the read point left are not held by the ring.
+        assert_eq!(b.spare.len(), 1);
+        assert_eq!(b.spare[0].as_ptr(), first);
+        assert!(b.pages.iter().all(Vec::is_empty));
         // Without `to_page`, a copy runs past the end of a page.
         for k in 28..38u32 {
             put(&mut b, k, &[k as u8; 2]);

@@ -1,7 +1,8 @@
 //! The sender's buffer: packets not yet acknowledged, in sequence order, in one ring. Its
 //! capacity (what the application may queue) grows, doubling up to a memory cap, when the
-//! connection is limited by it. The ring itself starts small and doubles only when what is
-//! held outgrows it: a live stream of a few hundred packets in flight then keeps cycling
+//! connection is limited by it. The ring itself is allocated with the first packet, starts
+//! small and doubles only when what is held outgrows it, and is given back once the buffer
+//! has been empty a while ([`SendBuffer::release_idle`]): a live stream of a few hundred packets in flight then keeps cycling
 //! through the same warm memory instead of touching megabytes of fresh pages (a page fault
 //! each 4 KiB), and an idle connection holds little. Between growths, writing, sending and
 //! acknowledging allocate nothing.
@@ -80,8 +81,12 @@ pub const MAX_CHUNK: usize = u32::MAX as usize;
 const IN_RING: u64 = u64::MAX;
 /// Chunks the pool keeps for reuse even when the buffer has no free room for them.
 const CHUNK_POOL: usize = 4;
-/// Slots the ring starts with (at most the capacity): 186 KiB of 1456-byte payloads.
-const INITIAL_RING: usize = 128;
+/// Bytes of payload slots the ring starts with once a packet is queued (128 slots of
+/// 1456-byte payloads, 2 of 64 KiB ones), at least [`MIN_RING`] slots and at most the
+/// capacity.
+const INITIAL_RING_BYTES: usize = 128 * 1456;
+/// Fewest slots the ring starts with.
+const MIN_RING: usize = 2;
 
 const EMPTY: SlotMeta = SlotMeta {
     chunk: IN_RING,
@@ -141,14 +146,13 @@ pub(crate) enum PushError {
 impl SendBuffer {
     pub fn new(slot_size: usize, cap: usize, max_cap: usize, isn: SeqNo) -> Self {
         let cap = cap.min(max_cap).max(2);
-        let ring = cap.min(INITIAL_RING);
         SendBuffer {
             slot_size,
             cap,
             max_cap: max_cap.max(cap),
-            ring,
-            data: vec![0; ring * slot_size],
-            meta: vec![EMPTY; ring],
+            ring: 0,
+            data: Vec::new(),
+            meta: Vec::new(),
             base: isn,
             head: 0,
             len: 0,
@@ -471,6 +475,29 @@ impl SendBuffer {
         Some((first, self.base.sub(1), msg, n as u32))
     }
 
+    /// Gives back the ring's memory and the pooled chunks when nothing is held (the
+    /// connection has stopped sending for a while): the next packet allocates a small ring
+    /// again. Returns whether it released anything.
+    pub fn release_idle(&mut self) -> bool {
+        if self.len > 0 || !self.chunks.is_empty() {
+            return false;
+        }
+        let held = self.ring > 0 || !self.pool.is_empty();
+        self.data = Vec::new();
+        self.meta = Vec::new();
+        self.ring = 0;
+        self.head = 0;
+        self.pool = Vec::new();
+        self.pool_bytes = 0;
+        held
+    }
+
+    /// Bytes of memory the buffer holds now (its ring and pooled chunks; not the chunks
+    /// that hold packets, which are the application's).
+    pub fn held_bytes(&self) -> usize {
+        self.data.capacity() + self.meta.capacity() * std::mem::size_of::<SlotMeta>() + self.pool_bytes
+    }
+
     /// Doubles the capacity (up to the cap). Returns whether it grew. The ring follows only
     /// when what is held outgrows it ([`SendBuffer::reserve`]).
     pub fn grow(&mut self) -> bool {
@@ -488,7 +515,8 @@ impl SendBuffer {
         if pkts <= self.ring {
             return;
         }
-        let mut ring = self.ring.max(1);
+        let first = (INITIAL_RING_BYTES / self.slot_size.max(1)).max(MIN_RING);
+        let mut ring = self.ring.max(first);
         while ring < pkts {
             ring *= 2;
         }
@@ -725,8 +753,9 @@ mod tests {
     #[test]
     fn a_steady_flow_cycles_through_a_small_ring_and_a_backlog_grows_it() {
         let isn = SeqNo::new(SeqNo::MAX - 3);
-        let mut b = SendBuffer::new(4, 8192, 8192, isn);
-        assert_eq!(b.ring, INITIAL_RING);
+        let mut b = SendBuffer::new(1456, 8192, 8192, isn);
+        // Nothing is allocated before the first packet.
+        assert_eq!((b.ring, b.held_bytes()), (0, 0));
         // 10,000 messages, 20 in flight at a time: the ring never grows.
         for k in 0..10_000u32 {
             b.push_message(&k.to_be_bytes(), 0).unwrap();
@@ -736,7 +765,7 @@ mod tests {
                 b.ack(b.base().add(1));
             }
         }
-        assert_eq!(b.ring, INITIAL_RING);
+        assert_eq!(b.ring, 128);
         let first = 10_000 - b.len() as u32;
         // A backlog of 1,100 more (the receiver stalls): the ring doubles to hold it, the
         // packets held stay in order, and the capacity is what it was.
@@ -749,6 +778,19 @@ mod tests {
             let (_, p) = b.get(b.base().add(i as u32)).unwrap();
             assert_eq!(p, k.to_be_bytes());
         }
+        // Idle with packets held: nothing is released. Once all are acknowledged, the ring
+        // goes, and the next message allocates a small one again.
+        assert!(!b.release_idle());
+        while b.unsent() > 0 {
+            let s = b.next_unsent();
+            b.mark_sent(s, 2, false);
+        }
+        b.ack(b.base().add(b.len() as u32));
+        assert!(b.release_idle());
+        assert_eq!((b.ring, b.held_bytes()), (0, 0));
+        b.push_message(b"again", 3).unwrap();
+        assert_eq!(b.ring, 128);
+        assert_eq!(b.get(b.base()).unwrap().1, b"again");
     }
 
     #[test]

@@ -121,6 +121,9 @@ pub struct ConnStats {
     pub rcv_buf_bytes: u64,
     /// Receive buffer capacity, packets (grows with the bandwidth-delay product).
     pub rcv_buf_cap_pkts: u32,
+    /// Memory both buffers hold now, bytes: pages and rings allocated as data flows, given
+    /// back after a second without traffic (the capacities above are what they may grow to).
+    pub buf_mem_bytes: u64,
     /// Link capacity estimated from packet pairs, packets per second.
     pub est_link_capacity_pps: u32,
     /// Receive rate reported by (sender) or measured at (receiver) the receiver, packets/s.
