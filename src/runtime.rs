@@ -406,7 +406,7 @@ impl IoLoop {
     /// Follows the endpoint's payload length ([`Endpoint::owned_payload_len`], which changes
     /// only as connections come and go): the split buffers, and the datapath's receive mode
     /// switched before anything else is sent.
-    fn follow_split(&mut self, ep: &Endpoint) {
+    fn follow_split(&mut self, ep: &mut Endpoint) {
         if !self.dp.splits() {
             return;
         }
@@ -511,7 +511,7 @@ impl IoLoop {
             // Before anything is sent: a new connection (a handshake response, a caller's
             // first packet) must find the socket already in the receive mode its payloads
             // need (see `Datapath::set_split`).
-            self.follow_split(&g.ep);
+            self.follow_split(&mut g.ep);
             if g.max_mss > self.slot {
                 // A connection with a larger MSS appeared: grow once, outside the steady state.
                 self.slot = g.max_mss;
@@ -542,7 +542,7 @@ impl IoLoop {
             }
             if events {
                 // Connections removed above.
-                self.follow_split(&g.ep);
+                self.follow_split(&mut g.ep);
             }
             let done = g.shutdown && g.handles == 0 && g.ep.is_empty() && !full;
             let exit = done
@@ -580,10 +580,7 @@ impl IoLoop {
                     || (g.readers > 0
                         && (self.since_notify >= NOTIFY_DATAGRAMS
                             || read_due.is_some_and(|d| d <= now)))
-                    || (g.writers > 0
-                        && g.ep
-                            .connections()
-                            .any(|c| c.send_buffer_free() * 4 >= c.send_buffer_capacity())));
+                    || (g.writers > 0 && g.ep.take_writable()));
             if !notify && g.readers > 0 && idle {
                 if let Some(d) = read_due {
                     // Come back to wake the reader then.

@@ -18,6 +18,16 @@
 //!
 //! A listener keeps no state for a peer until that peer returns the cookie of the induction
 //! response, so a flood of spoofed handshakes costs no memory. Every queue is bounded.
+//!
+//! # Cost per call
+//!
+//! Nothing here visits every connection. Each connection's next deadline sits in a heap; a
+//! connection enters the queue of those that may have something to send, and the queue of
+//! those that may have an event, when something happens to it (a datagram, a timer, an
+//! application operation through [`Endpoint::conn`]), and leaves them once polled dry. So a
+//! wake-up costs what is due, whatever the number of idle connections, and the send queue
+//! is served a packet per connection in turn: backlogged connections share the socket
+//! equally.
 
 use crate::cc::CcRegistry;
 use crate::conn::handshake::{peer_ip_field, srt_flags, HS_EXT_CONFIG, HS_EXT_HSREQ, SRT_VERSION};
@@ -30,7 +40,8 @@ use crate::wire::{
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
-use std::collections::{HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::hash::Hasher;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -156,10 +167,29 @@ pub struct EndpointStats {
     pub accepted: u64,
     /// Handshake responses dropped because the response queue was full.
     pub response_overflow: u64,
+    /// Connection timers handled (an ACK interval, a keepalive, pacing, a retransmission
+    /// timeout...): what idle connections cost in wake-ups.
+    pub timers: u64,
 }
 
-const RESPONSE_QUEUE: usize = 64;
+/// Handshake responses waiting to be sent: a burst of callers arrives in one receive batch.
+const RESPONSE_QUEUE: usize = 1024;
 const COOKIE_BUCKET: Duration = Duration::from_secs(60);
+
+/// What the endpoint knows of a connection's scheduling, beside it in [`Endpoint::sched`].
+#[derive(Debug, Clone, Copy, Default)]
+struct Sched {
+    /// The deadline the timer heap holds for it (entries that differ are stale).
+    deadline: Option<Instant>,
+    /// Its deadline may have changed: in [`Endpoint::dirty`].
+    dirty: bool,
+    /// In [`Endpoint::sendq`].
+    sending: bool,
+    /// In [`Endpoint::eventq`].
+    eventful: bool,
+    /// Its receive slot size, as counted in [`Endpoint::slot_sizes`].
+    slot: usize,
+}
 
 /// Many connections on one socket. See the module docs for the calling protocol.
 #[derive(Debug)]
@@ -167,13 +197,28 @@ pub struct Endpoint {
     cfg: EndpointConfig,
     start: Instant,
     conns: Vec<Connection>,
+    /// Beside `conns`, index for index.
+    sched: Vec<Sched>,
+    /// Deadlines and the connections they belong to, soonest first; an entry whose deadline
+    /// is no longer its connection's is dropped when it comes up.
+    timers: BinaryHeap<Reverse<(Instant, u32)>>,
+    /// Connections whose deadline must be read again.
+    dirty: Vec<u32>,
+    /// Connections that may have something to send, served in turn.
+    sendq: VecDeque<u32>,
+    /// Connections that may have events.
+    eventq: VecDeque<u32>,
+    /// How many connections have each receive slot size (for `owned_payload_len`).
+    slot_sizes: BTreeMap<usize, usize>,
+    /// A connection's send buffer became at least a quarter free since the last
+    /// [`Endpoint::take_writable`].
+    writable: bool,
     index: HashMap<u32, usize>,
     by_peer: HashMap<(SocketAddr, u32), u32>,
     listener: Option<ConnConfig>,
     rng: SmallRng,
     secret: (u64, u64),
     responses: VecDeque<(SocketAddr, u32, Handshake)>,
-    rr: usize,
     stats: EndpointStats,
     /// Where [`Endpoint::handle_data_owned`] joins a datagram that is not a data packet.
     joined: Vec<u8>,
@@ -188,13 +233,19 @@ impl Endpoint {
             cfg,
             start: now,
             conns: Vec::new(),
+            sched: Vec::new(),
+            timers: BinaryHeap::new(),
+            dirty: Vec::new(),
+            sendq: VecDeque::new(),
+            eventq: VecDeque::new(),
+            slot_sizes: BTreeMap::new(),
+            writable: false,
             index: HashMap::new(),
             by_peer: HashMap::new(),
             listener: None,
             rng,
             secret,
-            responses: VecDeque::with_capacity(RESPONSE_QUEUE),
-            rr: 0,
+            responses: VecDeque::new(),
             stats: EndpointStats::default(),
             joined: Vec::new(),
         }
@@ -238,14 +289,100 @@ impl Endpoint {
     }
 
     fn insert(&mut self, c: Connection) {
-        self.index.insert(c.local_id(), self.conns.len());
+        let i = self.conns.len();
+        self.index.insert(c.local_id(), i);
+        let slot = c.recv_slot_size();
+        *self.slot_sizes.entry(slot).or_default() += 1;
         self.conns.push(c);
+        self.sched.push(Sched {
+            slot,
+            ..Sched::default()
+        });
+        self.touch(i);
     }
 
-    /// The connection `id`, for application operations.
+    /// Something happened to connection `i`: it may have datagrams or events, and its
+    /// deadline may have moved.
+    fn touch(&mut self, i: usize) {
+        let id = self.conns[i].local_id();
+        let s = &mut self.sched[i];
+        if !s.dirty {
+            s.dirty = true;
+            self.dirty.push(id);
+        }
+        if !s.sending {
+            s.sending = true;
+            self.sendq.push_back(id);
+        }
+        if !s.eventful {
+            s.eventful = true;
+            self.eventq.push_back(id);
+        }
+    }
+
+    /// Reads again the deadlines that may have moved (and what else a change may have
+    /// changed: the receive slot size, a send buffer's free room).
+    fn settle(&mut self) {
+        while let Some(id) = self.dirty.pop() {
+            let Some(&i) = self.index.get(&id) else {
+                continue;
+            };
+            let c = &self.conns[i];
+            let s = &mut self.sched[i];
+            s.dirty = false;
+            let d = c.poll_timeout();
+            if d != s.deadline {
+                s.deadline = d;
+                if let Some(t) = d {
+                    self.timers.push(Reverse((t, id)));
+                }
+            }
+            let slot = c.recv_slot_size();
+            if slot != s.slot {
+                let old = std::mem::replace(&mut s.slot, slot);
+                Self::count_slot(&mut self.slot_sizes, old, false);
+                Self::count_slot(&mut self.slot_sizes, slot, true);
+            }
+            if c.send_buffer_free() * 4 >= c.send_buffer_capacity() {
+                self.writable = true;
+            }
+        }
+        // Stale entries are dropped as they come up; should they pile up (deadlines that
+        // keep moving later), the heap is rebuilt from the live ones.
+        if self.timers.len() > 2 * self.conns.len() + 64 {
+            let live = self
+                .sched
+                .iter()
+                .zip(&self.conns)
+                .filter_map(|(s, c)| s.deadline.map(|t| Reverse((t, c.local_id()))));
+            self.timers = live.collect();
+        }
+    }
+
+    fn count_slot(sizes: &mut BTreeMap<usize, usize>, slot: usize, add: bool) {
+        if add {
+            *sizes.entry(slot).or_default() += 1;
+        } else if let Some(n) = sizes.get_mut(&slot) {
+            *n -= 1;
+            if *n == 0 {
+                sizes.remove(&slot);
+            }
+        }
+    }
+
+    /// The connection `id`, for application operations (which may queue data or change its
+    /// timers: the endpoint looks at it again).
     pub fn conn(&mut self, id: ConnId) -> Option<&mut Connection> {
         let i = *self.index.get(&id.0)?;
+        self.touch(i);
         self.conns.get_mut(i)
+    }
+
+    /// Whether a connection's send buffer has had at least a quarter of its capacity free
+    /// since the last call (a runtime wakes blocked stream writers then).
+    pub fn take_writable(&mut self) -> bool {
+        self.settle();
+        std::mem::take(&mut self.writable)
     }
 
     /// Forgets a connection (closed or not: an open one is aborted first).
@@ -254,6 +391,8 @@ impl Endpoint {
             return;
         };
         let c = self.conns.swap_remove(i);
+        let s = self.sched.swap_remove(i);
+        Self::count_slot(&mut self.slot_sizes, s.slot, false);
         self.by_peer.remove(&(c.peer_addr(), c.peer_id()));
         if let Some(moved) = self.conns.get(i) {
             self.index.insert(moved.local_id(), i);
@@ -331,6 +470,7 @@ impl Endpoint {
         if was_connecting && c.peer_id() != 0 {
             self.by_peer.insert((remote, c.peer_id()), dst);
         }
+        self.touch(i);
     }
 
     /// The payload length of receive buffers for [`Endpoint::handle_data_owned`]: the
@@ -338,12 +478,10 @@ impl Endpoint {
     /// least [`OWNED_PAYLOAD_MIN`] (smaller payloads are copied; a runtime reads them the
     /// usual way, in batches). A runtime should not let the kernel coalesce datagrams (GRO)
     /// into buffers of this length: a batch would not fit.
-    pub fn owned_payload_len(&self) -> Option<usize> {
-        self.conns
-            .iter()
-            .map(Connection::recv_slot_size)
-            .max()
-            .filter(|&n| n >= OWNED_PAYLOAD_MIN)
+    pub fn owned_payload_len(&mut self) -> Option<usize> {
+        self.settle();
+        let max = self.slot_sizes.keys().next_back().copied();
+        max.filter(|&n| n >= OWNED_PAYLOAD_MIN)
     }
 
     /// [`handle_at`](Self::handle_at) for a datagram received in two parts: its first
@@ -384,6 +522,7 @@ impl Endpoint {
             return;
         };
         self.conns[i].handle_data_owned(now, received.min(now), &h, payload, len);
+        self.touch(i);
     }
 
     /// The index of connection `dst` if `remote` is its peer; counts why not otherwise.
@@ -399,18 +538,44 @@ impl Endpoint {
         Some(i)
     }
 
-    /// Processes expired timers of every connection.
+    /// Processes the timers that have expired.
     pub fn handle_timeout(&mut self, now: Instant) {
-        for c in &mut self.conns {
-            if c.poll_timeout().is_some_and(|t| t <= now) {
-                c.handle_timeout(now);
+        self.settle();
+        while let Some(&Reverse((t, id))) = self.timers.peek() {
+            if t > now {
+                break;
             }
+            self.timers.pop();
+            let Some(&i) = self.index.get(&id) else {
+                continue;
+            };
+            if self.sched[i].deadline != Some(t) {
+                continue;
+            }
+            self.sched[i].deadline = None;
+            let c = &mut self.conns[i];
+            if c.poll_timeout().is_some_and(|d| d <= now) {
+                c.handle_timeout(now);
+                self.stats.timers += 1;
+            }
+            self.touch(i);
         }
     }
 
     /// The earliest deadline of any connection.
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        self.conns.iter().filter_map(Connection::poll_timeout).min()
+    pub fn poll_timeout(&mut self) -> Option<Instant> {
+        self.settle();
+        while let Some(&Reverse((t, id))) = self.timers.peek() {
+            let live = self
+                .index
+                .get(&id)
+                .is_some_and(|&i| self.sched[i].deadline == Some(t));
+            if live {
+                return Some(t);
+            }
+            self.timers.pop();
+        }
+        None
     }
 
     /// Writes the next datagram into `buf` (at least 1500 bytes, or the largest MSS in use).
@@ -456,42 +621,64 @@ impl Endpoint {
                 return Some((Transmit { dst, len }, None));
             }
         }
-        let n = self.conns.len();
-        for k in 0..n {
-            let i = (self.rr + k) % n;
+        // A packet from each connection in turn: backlogged connections share equally.
+        for _ in 0..self.sendq.len() {
+            let id = self.sendq.pop_front()?;
+            let Some(&i) = self.index.get(&id) else {
+                continue;
+            };
             let c = &mut self.conns[i];
             let polled = if gather {
                 c.poll_transmit_gather(now, buf)
             } else {
                 c.poll_transmit(now, buf).map(|n| (n, None))
             };
-            if let Some((len, seq)) = polled {
-                // Stay on this connection while it has data; move on when it runs dry.
-                self.rr = i;
-                self.stats.datagrams_out += 1;
+            let out = polled.map(|(len, seq)| {
                 let payload = seq.map(|(seq, len)| PayloadRef {
                     conn: c.local_id(),
                     seq,
                     len,
                 });
-                return Some((
+                (
                     Transmit {
                         dst: c.peer_addr(),
                         len,
                     },
                     payload,
-                ));
+                )
+            });
+            // Sending moves timers and may end the connection (an event).
+            let s = &mut self.sched[i];
+            if !s.dirty {
+                s.dirty = true;
+                self.dirty.push(id);
             }
+            if !s.eventful {
+                s.eventful = true;
+                self.eventq.push_back(id);
+            }
+            if out.is_some() {
+                self.sendq.push_back(id);
+                self.stats.datagrams_out += 1;
+                return out;
+            }
+            s.sending = false;
         }
-        self.rr = if n > 0 { (self.rr + 1) % n } else { 0 };
         None
     }
 
     /// The next connection event.
     pub fn poll_event(&mut self) -> Option<(ConnId, Event)> {
-        self.conns
-            .iter_mut()
-            .find_map(|c| c.poll_event().map(|e| (ConnId(c.local_id()), e)))
+        while let Some(&id) = self.eventq.front() {
+            if let Some(&i) = self.index.get(&id) {
+                if let Some(e) = self.conns[i].poll_event() {
+                    return Some((ConnId(id), e));
+                }
+                self.sched[i].eventful = false;
+            }
+            self.eventq.pop_front();
+        }
+        None
     }
 
     // ---- listener ----
