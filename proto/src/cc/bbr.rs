@@ -11,9 +11,13 @@
 //!
 //! - Bandwidth samples are the receiver's arrival rate, [`CcContext::recv_rate_pps`], taken on
 //!   every full ACK (every SYN interval, 10 ms). When the sender is faster than the bottleneck
-//!   this is the bottleneck's service rate. A slipstream receiver times the interval by the
-//!   kernel's receive timestamps where it has them, so a late read does not count as a burst
-//!   (see `rate::AckRateTracker`). A sender-side delivery rate (packets newly
+//!   this is the bottleneck's service rate. The model is in packets, so the engine converts
+//!   the receiver's byte rate by the mean payload of the packets acknowledged: converted by a
+//!   full packet's payload, 64-byte messages read as a 23rd of their rate, the controller
+//!   paced at that, every report followed it down, and the rate sank towards one packet a
+//!   second. A slipstream receiver times the interval by the kernel's receive timestamps
+//!   where it has them, so a late read does not count as a burst (see
+//!   `rate::AckRateTracker`). A sender-side delivery rate (packets newly
 //!   acknowledged over time) is not used: the ACK is cumulative, so under random loss it stalls
 //!   behind every hole for about two round trips and then jumps, and a max filter turns those
 //!   jumps into large overestimates. Outside Startup a report enters the filter through the

@@ -31,7 +31,8 @@ pub struct CcContext {
     pub recv_rate_pps: u32,
     /// The delivery rate of the latest full ACK that carried one, unsmoothed, packets/s (0 if
     /// none yet): what arrived over the receiver's last ACK interval from a slipstream receiver
-    /// (its byte-rate field), the median-filtered arrival speed from libsrt.
+    /// (its byte-rate field, divided by the mean payload of the packets acknowledged: small
+    /// messages are small packets), the median-filtered arrival speed from libsrt.
     pub recv_rate_last_pps: u32,
     /// Bytes per second the receiver reports receiving (0 if unknown).
     pub recv_rate_bps: u64,

@@ -203,6 +203,12 @@ pub struct Connection {
     peer_recv_rate_pps: u32,
     peer_recv_rate_bps: u64,
     peer_recv_rate_last_pps: u32,
+    /// Packets and payload bytes acknowledged since the last full ACK with rates, light
+    /// ACKs included: the packets that ACK's byte rate counted, near enough.
+    acked_for_rate: (u64, u64),
+    /// Mean payload of those packets at the last full ACK that acknowledged any, bytes (0
+    /// before the first): what turns the peer's byte rate into packets.
+    acked_payload: u64,
     peer_bandwidth_pps: u32,
     last_cc_ack_us: u64,
     /// When the peer last announced its window (full ACK) or a window probe went out.
@@ -367,6 +373,8 @@ impl Connection {
             peer_recv_rate_pps: 0,
             peer_recv_rate_bps: 0,
             peer_recv_rate_last_pps: 0,
+            acked_for_rate: (0, 0),
+            acked_payload: 0,
             peer_bandwidth_pps: 0,
             last_cc_ack_us: 0,
             last_window_us: 0,

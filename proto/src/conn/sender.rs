@@ -300,6 +300,9 @@ impl Connection {
             self.stats.ctrl_ignored += 1;
             return;
         }
+        let (pkts, bytes) = self.sbuf.ack(a.ack_seq);
+        self.acked_for_rate.0 += u64::from(pkts);
+        self.acked_for_rate.1 += bytes;
         if let Some(info) = a.info {
             self.stats.acks_recv += 1;
             if self.pending.ackack_len < self.pending.ackacks.len() {
@@ -322,6 +325,10 @@ impl Connection {
             self.peer_window = info.avail_buf_pkts;
             // Far fewer than half the sequence space, so that the edge compares correctly.
             self.peer_edge = Some(a.ack_seq.add(info.avail_buf_pkts.min(MAX_PEER_WINDOW)));
+            let (n, b) = std::mem::take(&mut self.acked_for_rate);
+            if let Some(mean) = b.checked_div(n) {
+                self.acked_payload = mean.max(1);
+            }
             if info.pkt_recv_rate > 0 {
                 // The delivery sample: the byte rate in packets where it is lower (a slipstream
                 // receiver's average, against its arrival speed in the packet field); libsrt
@@ -329,7 +336,15 @@ impl Connection {
                 // field stands. The first sample is the speed: the average then covers only
                 // the initial window, a few packets a round trip, while the speed at which that
                 // window arrived is the first measure of the bottleneck.
-                let avg = u64::from(info.recv_rate_bytes) / (self.payload_size as u64).max(1);
+                // The bytes are the payloads that arrived, so they are divided by the mean
+                // payload of the packets this ACK acknowledged, not by a full packet's: 64-byte
+                // messages read as a 23rd of their packet rate, "bbr" paced at that, the next
+                // report followed it down, and the rate sank to one packet a second.
+                let per_pkt = match self.acked_payload {
+                    0 => self.payload_size as u64,
+                    p => p,
+                };
+                let avg = u64::from(info.recv_rate_bytes) / per_pkt.max(1);
                 self.peer_recv_rate_last_pps = match u32::try_from(avg) {
                     Ok(avg) if avg > 0 && self.peer_recv_rate_last_pps > 0 => {
                         avg.min(info.pkt_recv_rate)
@@ -348,7 +363,6 @@ impl Connection {
                     ewma(self.peer_bandwidth_pps as u64, info.link_capacity as u64) as u32;
             }
         }
-        let (pkts, bytes) = self.sbuf.ack(a.ack_seq);
         self.stats.pkts_acked += u64::from(pkts);
         if pkts > 0 {
             self.rto_base_us = now_us;
