@@ -8,7 +8,10 @@
 //!   and emulated paths, side by side ([`transfer`]).
 //! - `bench live`: a paced live stream relayed by `slipstream live` and `srt-live-transmit`
 //!   (SRT live mode) over loopback and an emulated path: delivery, latency, CPU ([`live`]).
+//! - `bench conns`: N connections between two processes over loopback: set-up rate, memory
+//!   and idle CPU per connection, aggregate throughput and fairness under load ([`conns`]).
 
+pub mod conns;
 pub mod dgram;
 pub mod live;
 #[cfg(target_os = "linux")]
@@ -40,6 +43,17 @@ pub enum BenchCmd {
     /// `srt-live-transmit`, over loopback and an emulated path: delivered share, end-to-end
     /// latency (p50/p99/max) and CPU; DIR/live.md and .jsonl with --out-dir.
     Live(live::LiveArgs),
+    /// N connections between two endpoints in two processes over loopback, idle or loaded
+    /// (bulk streams, small messages): set-up rate, memory and idle CPU per connection,
+    /// aggregate throughput, Jain's fairness, connections lost. With --json the last stdout
+    /// line is JSON.
+    Conns(conns::ConnsArgs),
+    /// The listening process of `bench conns` (started by it).
+    #[command(hide = true)]
+    ConnsServer(conns::PeerArgs),
+    /// The calling process of `bench conns` (started by it).
+    #[command(hide = true)]
+    ConnsClient(conns::PeerArgs),
 }
 
 /// Options of `bench netem`.
@@ -151,6 +165,9 @@ pub fn run(cmd: BenchCmd) -> Result<(), String> {
         BenchCmd::Transfer(a) => transfer::run(&a),
         BenchCmd::Netem(a) => run_netem(a),
         BenchCmd::Live(a) => live::run(&a),
+        BenchCmd::Conns(a) => conns::run(&a),
+        BenchCmd::ConnsServer(a) => conns::run_server(&a),
+        BenchCmd::ConnsClient(a) => conns::run_client(&a),
     }
 }
 
