@@ -31,7 +31,7 @@
 
 use crate::cc::CcRegistry;
 use crate::conn::handshake::{peer_ip_field, srt_flags, HS_EXT_CONFIG, HS_EXT_HSREQ, SRT_VERSION};
-use crate::conn::{Accepted, ConnConfig, Connection, Event, Mode, OWNED_PAYLOAD_MIN};
+use crate::conn::{Accepted, ConnConfig, Connection, Event, Mode, Pressure, OWNED_PAYLOAD_MIN};
 use crate::seq::SeqNo;
 use crate::wire::{
     Control, ControlBody, DataHeader, Handshake, HsExtensions, HsType, Packet, RejectReason,
@@ -84,6 +84,8 @@ impl PayloadRef {
 #[derive(Debug, Clone)]
 pub struct EndpointConfig {
     max_connections: usize,
+    shard: (u32, u32),
+    memory_budget: Option<usize>,
     seed: u64,
     registry: CcRegistry,
 }
@@ -92,6 +94,8 @@ impl Default for EndpointConfig {
     fn default() -> Self {
         EndpointConfig {
             max_connections: 1024,
+            shard: (0, 1),
+            memory_budget: None,
             seed: 0x5eed,
             registry: CcRegistry::default(),
         }
@@ -102,6 +106,28 @@ impl EndpointConfig {
     /// Most connections at once; further handshakes are rejected (`RESOURCE`). Default 1024.
     pub fn set_max_connections(&mut self, n: usize) -> &mut Self {
         self.max_connections = n.max(1);
+        self
+    }
+    /// Most bytes all connections together may hold: their buffers (which grow toward each
+    /// connection's bandwidth-delay product) and [`CONN_OVERHEAD`] each. Beyond it, buffers
+    /// take no new memory (they reuse what they hold; arrivals that would need more are
+    /// dropped and retransmitted) and new connections are refused (`RESOURCE`). The check is
+    /// made as connections are touched, so the budget may be passed by one receive batch.
+    /// Default: none (the runtime sets one from the machine's memory).
+    pub fn set_memory_budget(&mut self, bytes: Option<usize>) -> &mut Self {
+        self.memory_budget = bytes;
+        self
+    }
+    /// The memory budget.
+    pub fn memory_budget(&self) -> Option<usize> {
+        self.memory_budget
+    }
+    /// This endpoint is shard `index` of `count` sharing one address (one socket and I/O
+    /// thread each): its socket ids are `index` modulo `count`, which is how datagrams are
+    /// steered to it. Default: the only one.
+    pub fn set_shard(&mut self, index: u32, count: u32) -> &mut Self {
+        let count = count.max(1);
+        self.shard = (index % count, count);
         self
     }
     /// Seed for socket ids, initial sequence numbers and the cookie secret. The runtime passes
@@ -127,6 +153,8 @@ impl EndpointConfig {
 pub enum ConnectError {
     /// The endpoint already holds `max_connections`.
     TooManyConnections,
+    /// The endpoint's connections hold its whole memory budget.
+    OutOfMemoryBudget,
     /// No congestion controller of that name is registered.
     UnknownCongestionControl(String),
 }
@@ -135,6 +163,9 @@ impl core::fmt::Display for ConnectError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             ConnectError::TooManyConnections => f.write_str("connection limit reached"),
+            ConnectError::OutOfMemoryBudget => {
+                f.write_str("the endpoint's connections hold its whole memory budget")
+            }
             ConnectError::UnknownCongestionControl(n) => {
                 write!(f, "unknown congestion control '{n}'")
             }
@@ -163,6 +194,10 @@ pub struct EndpointStats {
     pub handshake_ignored: u64,
     /// Handshakes rejected (encryption asked, mode mismatch, limits).
     pub rejected: u64,
+    /// Of those, rejected at the connection limit.
+    pub rejected_limit: u64,
+    /// Of those, rejected because the connections held the memory budget.
+    pub rejected_memory: u64,
     /// Connections accepted.
     pub accepted: u64,
     /// Handshake responses dropped because the response queue was full.
@@ -170,7 +205,37 @@ pub struct EndpointStats {
     /// Connection timers handled (an ACK interval, a keepalive, pacing, a retransmission
     /// timeout...): what idle connections cost in wake-ups.
     pub timers: u64,
+    /// Bytes the connections hold as last counted (see
+    /// [`EndpointConfig::set_memory_budget`]).
+    pub memory_held: u64,
+    /// Whether the connections were over the memory budget when last counted.
+    pub memory_pressure: bool,
 }
+
+impl EndpointStats {
+    /// Adds `o`'s counts (the shards of one address); pressure if either is under it.
+    pub fn merge(&mut self, o: &EndpointStats) {
+        self.datagrams_in += o.datagrams_in;
+        self.datagrams_out += o.datagrams_out;
+        self.malformed += o.malformed;
+        self.unknown_socket += o.unknown_socket;
+        self.wrong_source += o.wrong_source;
+        self.bad_cookie += o.bad_cookie;
+        self.handshake_ignored += o.handshake_ignored;
+        self.rejected += o.rejected;
+        self.rejected_limit += o.rejected_limit;
+        self.rejected_memory += o.rejected_memory;
+        self.accepted += o.accepted;
+        self.response_overflow += o.response_overflow;
+        self.timers += o.timers;
+        self.memory_held += o.memory_held;
+        self.memory_pressure |= o.memory_pressure;
+    }
+}
+
+/// What a connection is counted as holding beside its buffers, against the memory budget:
+/// its state, its loss lists, the endpoint's tables (about 12 KiB measured, rounded up).
+pub const CONN_OVERHEAD: usize = 16 << 10;
 
 /// Handshake responses waiting to be sent: a burst of callers arrives in one receive batch.
 const RESPONSE_QUEUE: usize = 1024;
@@ -187,8 +252,12 @@ struct Sched {
     sending: bool,
     /// In [`Endpoint::eventq`].
     eventful: bool,
+    /// In [`Endpoint::woken`].
+    woken: bool,
     /// Its receive slot size, as counted in [`Endpoint::slot_sizes`].
     slot: usize,
+    /// Its buffers' memory, as counted in [`Endpoint::held`].
+    mem: usize,
 }
 
 /// Many connections on one socket. See the module docs for the calling protocol.
@@ -208,11 +277,17 @@ pub struct Endpoint {
     sendq: VecDeque<u32>,
     /// Connections that may have events.
     eventq: VecDeque<u32>,
+    /// Connections touched since the last [`Endpoint::drain_woken`].
+    woken: Vec<u32>,
     /// How many connections have each receive slot size (for `owned_payload_len`).
     slot_sizes: BTreeMap<usize, usize>,
     /// A connection's send buffer became at least a quarter free since the last
     /// [`Endpoint::take_writable`].
     writable: bool,
+    /// Bytes the connections' buffers hold, as last counted.
+    held: usize,
+    /// Shared with every connection's buffers: set while over the budget.
+    pressure: Pressure,
     index: HashMap<u32, usize>,
     by_peer: HashMap<(SocketAddr, u32), u32>,
     listener: Option<ConnConfig>,
@@ -238,8 +313,11 @@ impl Endpoint {
             dirty: Vec::new(),
             sendq: VecDeque::new(),
             eventq: VecDeque::new(),
+            woken: Vec::new(),
             slot_sizes: BTreeMap::new(),
             writable: false,
+            held: 0,
+            pressure: Pressure::default(),
             index: HashMap::new(),
             by_peer: HashMap::new(),
             listener: None,
@@ -266,6 +344,9 @@ impl Endpoint {
         if self.conns.len() >= self.cfg.max_connections {
             return Err(ConnectError::TooManyConnections);
         }
+        if self.over_budget() {
+            return Err(ConnectError::OutOfMemoryBudget);
+        }
         let cc = self
             .cfg
             .registry
@@ -280,15 +361,26 @@ impl Endpoint {
     }
 
     fn new_socket_id(&mut self) -> u32 {
+        let (k, n) = self.cfg.shard;
         loop {
-            let id = self.rng.gen_range(1..0x3FFF_FFFF);
-            if !self.index.contains_key(&id) {
+            let id = self.rng.gen_range(n..0x3FFF_FFFF);
+            let id = id - id % n + k;
+            if id != 0 && !self.index.contains_key(&id) {
                 return id;
             }
         }
     }
 
-    fn insert(&mut self, c: Connection) {
+    /// Whether the connections hold the whole memory budget (one more would pass it).
+    fn over_budget(&mut self) -> bool {
+        self.settle();
+        self.cfg
+            .memory_budget
+            .is_some_and(|b| self.held + (self.conns.len() + 1) * CONN_OVERHEAD > b)
+    }
+
+    fn insert(&mut self, mut c: Connection) {
+        c.set_pressure(self.pressure.clone());
         let i = self.conns.len();
         self.index.insert(c.local_id(), i);
         let slot = c.recv_slot_size();
@@ -318,6 +410,23 @@ impl Endpoint {
             s.eventful = true;
             self.eventq.push_back(id);
         }
+        if !s.woken {
+            s.woken = true;
+            self.woken.push(id);
+        }
+    }
+
+    /// The connections something happened to (a datagram, a timer, an application
+    /// operation) since the last call, each once: a runtime wakes the application threads
+    /// waiting on those, not every thread.
+    pub fn drain_woken(&mut self) -> impl Iterator<Item = ConnId> + '_ {
+        let (index, sched) = (&self.index, &mut self.sched);
+        self.woken.drain(..).map(move |id| {
+            if let Some(&i) = index.get(&id) {
+                sched[i].woken = false;
+            }
+            ConnId(id)
+        })
     }
 
     /// Reads again the deadlines that may have moved (and what else a change may have
@@ -345,6 +454,14 @@ impl Endpoint {
             }
             if c.send_buffer_free() * 4 >= c.send_buffer_capacity() {
                 self.writable = true;
+            }
+            let mem = c.buffer_memory();
+            self.held = self.held + mem - std::mem::replace(&mut s.mem, mem);
+        }
+        if let Some(b) = self.cfg.memory_budget {
+            let over = self.held + self.conns.len() * CONN_OVERHEAD > b;
+            if over != self.pressure.on() {
+                self.pressure.set(over);
             }
         }
         // Stale entries are dropped as they come up; should they pile up (deadlines that
@@ -393,6 +510,7 @@ impl Endpoint {
         let c = self.conns.swap_remove(i);
         let s = self.sched.swap_remove(i);
         Self::count_slot(&mut self.slot_sizes, s.slot, false);
+        self.held -= s.mem;
         self.by_peer.remove(&(c.peer_addr(), c.peer_id()));
         if let Some(moved) = self.conns.get(i) {
             self.index.insert(moved.local_id(), i);
@@ -417,7 +535,10 @@ impl Endpoint {
     }
     /// Endpoint counters.
     pub fn stats(&self) -> EndpointStats {
-        self.stats
+        let mut s = self.stats;
+        s.memory_held = (self.held + self.conns.len() * CONN_OVERHEAD) as u64;
+        s.memory_pressure = self.pressure.on();
+        s
     }
 
     /// Processes one received datagram from `remote`.
@@ -657,6 +778,10 @@ impl Endpoint {
                 s.eventful = true;
                 self.eventq.push_back(id);
             }
+            if !s.woken {
+                s.woken = true;
+                self.woken.push(id);
+            }
             if out.is_some() {
                 self.sendq.push_back(id);
                 self.stats.datagrams_out += 1;
@@ -784,6 +909,11 @@ impl Endpoint {
             return self.reject(remote, hs, RejectReason::CONGESTION);
         }
         if self.conns.len() >= self.cfg.max_connections {
+            self.stats.rejected_limit += 1;
+            return self.reject(remote, hs, RejectReason::RESOURCE);
+        }
+        if self.over_budget() {
+            self.stats.rejected_memory += 1;
             return self.reject(remote, hs, RejectReason::RESOURCE);
         }
         let Some(cc) = self.cfg.registry.build(lcfg.cc()) else {

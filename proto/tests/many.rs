@@ -240,3 +240,80 @@ fn backlogged_connections_share_the_endpoint_equally() {
         assert!(gbit >= 0.8 * cap, "{gbit:.2} of {cap:.2} Gbit/s");
     }
 }
+
+/// Connections whose buffers would together pass the endpoint's memory budget stay within
+/// it (give or take a receive batch), still finish byte-exact, and a new caller meanwhile
+/// is refused with `RESOURCE` without harming them.
+#[test]
+fn a_memory_budget_bounds_the_buffers_and_refuses_new_callers() {
+    use slipstream_proto::conn::CloseReason;
+    use slipstream_proto::endpoint::CONN_OVERHEAD;
+    use slipstream_proto::wire::RejectReason;
+    let _t = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let s = seed(74);
+    let _g = SeedGuard(s);
+    const N: usize = 4;
+    let budget = N * CONN_OVERHEAD + (3 << 20);
+    let mut p = pair(s, path(2, 0.0, None), path(2, 0.0, None), N);
+    let mut cfg = EndpointConfig::default();
+    cfg.set_max_connections(64)
+        .set_seed(s ^ 0x5a5a)
+        .set_memory_budget(Some(budget));
+    p.b = slipstream_proto::endpoint::Endpoint::new(cfg, p.now);
+    let (callers, accepted) = connect_many(&mut p, N, file_cfg());
+    let data: Vec<Vec<u8>> = (0..N).map(|k| content(6 << 20, s + k as u64)).collect();
+    let mut sent = [0usize; N];
+    let mut got: Vec<Vec<u8>> = vec![Vec::new(); N];
+    let mut buf = vec![0u8; 1 << 16];
+    let (mut peak, mut pressured, mut late) = (0u64, false, None);
+    let ok = p.run_until(Duration::from_secs(60), |p| {
+        let now = p.now;
+        for k in 0..N {
+            offer(
+                p.a.conn(callers[k]).expect("caller"),
+                now,
+                &data[k],
+                &mut sent[k],
+            );
+        }
+        // The receiving application reads slowly, so that the buffers fill.
+        for (k, &id) in accepted.iter().enumerate() {
+            if let Ok(n) = p.b.conn(id).expect("accepted").recv(&mut buf[..16 << 10]) {
+                got[k].extend_from_slice(&buf[..n]);
+            }
+        }
+        let st = p.b.stats();
+        peak = peak.max(st.memory_held);
+        pressured |= st.memory_pressure;
+        if pressured && late.is_none() {
+            late = Some(p.a.connect(now, p.b_addr, file_cfg()).expect("connect"));
+        }
+        got.iter().zip(&data).all(|(g, d)| g.len() == d.len())
+    });
+    for k in 0..N {
+        assert!(
+            got[k] == data[k],
+            "connection {k}: {} of {} bytes, ok {ok}",
+            got[k].len(),
+            data[k].len()
+        );
+    }
+    eprintln!("budget {budget}, peak held {peak}, stats {:?}", p.b.stats());
+    assert!(pressured, "the budget never bound");
+    assert!(
+        peak as usize <= budget + (2 << 20),
+        "peak {peak} over a budget of {budget}"
+    );
+    // The late caller was refused with a reason.
+    let late = late.expect("a late caller");
+    let mut refused = None;
+    while let Some((id, ev)) = p.a.poll_event() {
+        if id == late {
+            if let Event::Closed(r) = ev {
+                refused = Some(r);
+            }
+        }
+    }
+    assert_eq!(refused, Some(CloseReason::Rejected(RejectReason::RESOURCE)));
+    assert!(p.b.stats().rejected_memory >= 1);
+}

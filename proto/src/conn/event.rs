@@ -58,7 +58,9 @@ impl RejectReason {
         let s = match *self {
             RejectReason::SYSTEM => "system function error",
             RejectReason::PEER => "rejected by the peer",
-            RejectReason::RESOURCE => "resource allocation problem (connection limit)",
+            RejectReason::RESOURCE => {
+                "resource allocation problem (connection limit or memory budget)"
+            }
             RejectReason::ROGUE => "incorrect data in handshake",
             RejectReason::BACKLOG => "listener's backlog exceeded",
             RejectReason::IPE => "internal program error",

@@ -21,6 +21,7 @@
 mod config;
 mod event;
 pub(crate) mod handshake;
+mod pressure;
 mod receiver;
 mod recv_buf;
 mod send_buf;
@@ -40,6 +41,7 @@ use crate::seq::SeqNo;
 use crate::wire::{
     Control, ControlBody, DataHeader, Handshake, Packet, HEADER_LEN, UDP_IPV4_OVERHEAD,
 };
+pub(crate) use pressure::Pressure;
 use recv_buf::RecvBuffer;
 use send_buf::SendBuffer;
 use std::collections::VecDeque;
@@ -265,6 +267,9 @@ pub struct Connection {
     /// queues along it, which sizes the receive buffer.
     min_rtt: Option<(u64, u64)>,
 
+    /// The endpoint's memory pressure flag, shared with the buffers.
+    pressure: Pressure,
+
     // Timers, µs since start.
     next_ack_tick: u64,
     /// The ACK tick sleeps: nothing has arrived since the last ACK, which the sender has
@@ -427,8 +432,22 @@ impl Connection {
             tapped: 0,
             pending: Pending::default(),
             stats: ConnStats::default(),
+            pressure: Pressure::default(),
             cfg,
         }
+    }
+
+    /// Shares the endpoint's memory pressure flag (see [`Pressure`]).
+    pub(crate) fn set_pressure(&mut self, p: Pressure) {
+        self.rbuf.set_pressure(p.clone());
+        self.sbuf.set_pressure(p.clone());
+        self.pressure = p;
+    }
+
+    /// Memory the send and receive buffers hold now, bytes (what
+    /// [`ConnStats::buf_mem_bytes`] reports).
+    pub fn buffer_memory(&self) -> usize {
+        self.rbuf.held_bytes() + self.sbuf.held_bytes()
     }
 
     /// Microseconds since creation.
@@ -447,6 +466,7 @@ impl Connection {
         self.isn = snd_isn;
         self.sbuf = SendBuffer::new(self.payload_size, snd_init, snd_max, snd_isn);
         self.rbuf = RecvBuffer::new(recv_slot_size(self.mss), rcv_init, rcv_max, rcv_isn);
+        self.set_pressure(self.pressure.clone());
         self.rcv_ack = rcv_isn;
         self.rcv_max = rcv_isn;
         self.drop_upto = rcv_isn;
@@ -1148,7 +1168,7 @@ impl Connection {
         s.pkts_recv_in_place = self.rbuf.kept();
         s.rcv_buf_bytes = self.rbuf.bytes();
         s.rcv_buf_cap_pkts = self.rbuf.cap() as u32;
-        s.buf_mem_bytes = (self.rbuf.held_bytes() + self.sbuf.held_bytes()) as u64;
+        s.buf_mem_bytes = self.buffer_memory() as u64;
         let (pps, bps) = self.rate.recv_rate();
         if self.stats.pkts_recv > 0 {
             s.est_link_capacity_pps = self.rate.bandwidth();

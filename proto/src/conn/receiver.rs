@@ -96,6 +96,7 @@ impl Connection {
             }
             Insert::Duplicate | Insert::Old => self.stats.pkts_recv_dup += 1,
             Insert::Overflow => self.stats.pkts_recv_beyond_window += 1,
+            Insert::NoMemory => self.stats.pkts_recv_no_memory += 1,
         }
         let ctx = self.cc_ctx(now_us);
         self.cc.on_packet_received(&ctx, &mut self.ctl, seq, len);

@@ -13,6 +13,7 @@
 //! instead of copying it ([`RecvBuffer::take_page`]): a spare page takes its place, and the
 //! application hands the page back when done with it ([`RecvBuffer::give_page`]).
 
+use super::Pressure;
 use crate::seq::{MsgNo, SeqNo};
 use crate::wire::PacketPosition;
 
@@ -88,6 +89,9 @@ pub(crate) enum Insert {
     Old,
     /// Beyond the buffer's capacity: dropped, the sender will retransmit.
     Overflow,
+    /// Its page would need memory the endpoint's budget does not allow now: dropped, the
+    /// sender will retransmit.
+    NoMemory,
 }
 
 /// A message-level read result.
@@ -116,6 +120,10 @@ pub(crate) struct RecvBuffer {
     spare: Vec<Vec<u8>>,
     /// Every slot's metadata, or empty until the first packet arrives (read as [`EMPTY`]).
     meta: Vec<RSlot>,
+    /// Pages of `pages` allocated.
+    allocated: usize,
+    /// Set while the endpoint's buffers are over its memory budget: no new memory then.
+    pressure: Pressure,
     /// Sequence number of the head slot: the next packet to deliver.
     read_seq: SeqNo,
     head: usize,
@@ -156,6 +164,8 @@ impl RecvBuffer {
             page_shift,
             spare: Vec::new(),
             meta: Vec::new(),
+            allocated: 0,
+            pressure: Pressure::default(),
             read_seq: isn,
             head: 0,
             read_off: 0,
@@ -206,19 +216,29 @@ impl RecvBuffer {
         self.slot_size * per_page.min(self.cap - p * per_page)
     }
 
-    /// Page `p`, allocated (from the spares when it is of their size) if it was not.
-    fn page_mut(&mut self, p: usize) -> &mut Vec<u8> {
+    /// The endpoint's memory pressure flag, shared with its other connections.
+    pub fn set_pressure(&mut self, p: Pressure) {
+        self.pressure = p;
+    }
+
+    /// Page `p`, allocated (from the spares when it is of their size) if it was not; `None`
+    /// when that would take new memory under pressure.
+    fn page_mut(&mut self, p: usize) -> Option<&mut Vec<u8>> {
         if self.pages[p].is_empty() {
             let len = self.page_len(p);
             self.pages[p] = match self.spare.pop() {
                 Some(page) if page.len() == len => page,
                 other => {
                     self.spare.extend(other);
+                    if self.pressure.on() {
+                        return None;
+                    }
                     vec![0; len]
                 }
             };
+            self.allocated += 1;
         }
-        &mut self.pages[p]
+        Some(&mut self.pages[p])
     }
 
     /// The metadata of slot `i`.
@@ -238,14 +258,15 @@ impl RecvBuffer {
         self.meta = Vec::new();
         self.spare = Vec::new();
         self.pages.iter_mut().for_each(|p| *p = Vec::new());
+        self.allocated = 0;
         held
     }
 
-    /// Bytes of memory the buffer holds now (pages, spares and metadata).
+    /// Bytes of memory the buffer holds now (pages, spares and metadata), counting a short
+    /// last page as a whole one.
     pub fn held_bytes(&self) -> usize {
-        let pages: usize = self.pages.iter().map(Vec::capacity).sum();
-        let spare: usize = self.spare.iter().map(Vec::capacity).sum();
-        pages + spare + self.meta.capacity() * std::mem::size_of::<RSlot>()
+        (self.allocated + self.spare.len()) * self.page_bytes()
+            + self.meta.capacity() * std::mem::size_of::<RSlot>()
     }
 
     /// Slots per page: [`RecvBuffer::take_page`] hands out this many packets at a time.
@@ -308,6 +329,9 @@ impl RecvBuffer {
             return Insert::Duplicate;
         }
         if self.meta.is_empty() {
+            if self.pressure.on() {
+                return Insert::NoMemory;
+            }
             self.meta = vec![EMPTY; self.cap];
         }
         let n = payload.len().min(self.slot_size);
@@ -315,19 +339,26 @@ impl RecvBuffer {
         match payload {
             Payload::Owned(buf, _) if self.page_shift == 0 && buf.len() == self.slot_size => {
                 if self.pages[p].is_empty() {
-                    // The caller's buffer becomes the page; it gets a spare (or an
-                    // unallocated page of the same length) back.
-                    self.pages[p] = std::mem::take(buf);
-                    *buf = match self.spare.pop() {
+                    // The caller's buffer becomes the page; it gets a spare (or a new
+                    // buffer of the same length) back.
+                    let back = match self.spare.pop() {
                         Some(page) => page,
+                        None if self.pressure.on() => return Insert::NoMemory,
                         None => vec![0; self.slot_size],
                     };
+                    self.pages[p] = std::mem::replace(buf, back);
+                    self.allocated += 1;
                 } else {
                     std::mem::swap(&mut self.pages[p], buf);
                 }
                 self.kept += 1;
             }
-            payload => self.page_mut(p)[o..o + n].copy_from_slice(&payload.bytes()[..n]),
+            payload => {
+                let Some(page) = self.page_mut(p) else {
+                    return Insert::NoMemory;
+                };
+                page[o..o + n].copy_from_slice(&payload.bytes()[..n]);
+            }
         }
         self.meta[i] = RSlot {
             present: true,
@@ -384,6 +415,7 @@ impl RecvBuffer {
             return;
         }
         let page = std::mem::take(&mut self.pages[p]);
+        self.allocated -= 1;
         self.give_page(page);
     }
 
@@ -443,6 +475,7 @@ impl RecvBuffer {
         // An unallocated page takes its place: the next packet to land in it allocates (or
         // takes a spare).
         let page = std::mem::take(&mut self.pages[self.head >> self.page_shift]);
+        self.allocated -= 1;
         self.advance(n);
         Some((page, len))
     }
@@ -565,23 +598,83 @@ impl RecvBuffer {
     }
 
     /// Doubles the capacity up to the cap. Returns whether it grew.
+    ///
+    /// The packets held keep their slots, except those the ring had wrapped to its start,
+    /// which move to the new half: whole pages by pointer, and of the page the read point is
+    /// in, the slots before it by copy. So growing copies at most one page (and the slots'
+    /// metadata), not the buffer, whatever its size. Rings that are not a whole number of
+    /// pages, or do not quite double (the last step to the cap), are laid out again by copy.
     pub fn grow(&mut self) -> bool {
-        if self.cap >= self.max_cap {
+        if self.cap >= self.max_cap || self.pressure.on() {
             return false;
         }
         let new_cap = (self.cap * 2).min(self.max_cap);
+        let per = self.page_slots();
+        if new_cap == 2 * self.cap && self.cap.is_multiple_of(per) {
+            self.grow_in_place(new_cap);
+            return true;
+        }
+        self.grow_by_copy(new_cap);
+        true
+    }
+
+    /// [`RecvBuffer::grow`] to twice a whole number of pages: see there.
+    fn grow_in_place(&mut self, new_cap: usize) {
+        let (old_cap, per) = (self.cap, self.page_slots());
+        let old_pages = old_cap / per;
+        self.pages.resize_with(new_cap / per, Vec::new);
+        self.cap = new_cap;
+        if self.meta.is_empty() {
+            return;
+        }
+        self.meta.resize(new_cap, EMPTY);
+        let head_page = self.head / per;
+        for p in 0..head_page {
+            self.pages.swap(p, p + old_pages);
+        }
+        for j in 0..head_page * per {
+            self.meta[j + old_cap] = std::mem::replace(&mut self.meta[j], EMPTY);
+        }
+        for j in head_page * per..self.head {
+            let m = std::mem::replace(&mut self.meta[j], EMPTY);
+            if m.present {
+                let len = m.len as usize;
+                let (p, o) = self.at(j);
+                let (q, _) = self.at(j + old_cap);
+                // Under pressure growth is refused, so the page can be allocated.
+                if self.page_mut(q).is_some() {
+                    let (from, to) = if p < q {
+                        let (a, b) = self.pages.split_at_mut(q);
+                        (&a[p], &mut b[0])
+                    } else {
+                        let (a, b) = self.pages.split_at_mut(p);
+                        (&b[0], &mut a[q])
+                    };
+                    to[o..o + len].copy_from_slice(&from[o..o + len]);
+                }
+            }
+            self.meta[j + old_cap] = m;
+        }
+        self.allocated = self.pages.iter().filter(|p| !p.is_empty()).count();
+    }
+
+    /// [`RecvBuffer::grow`] by laying the ring out again from the read point.
+    fn grow_by_copy(&mut self, new_cap: usize) {
         let old_cap = self.cap;
         let old_head = self.head;
         let idx = |k: usize| (old_head + k) % old_cap;
-        let mut old_pages = std::mem::replace(&mut self.pages, Self::no_pages(new_cap, self.page_shift));
+        let mut old_pages =
+            std::mem::replace(&mut self.pages, Self::no_pages(new_cap, self.page_shift));
         let old_meta = std::mem::take(&mut self.meta);
         self.cap = new_cap;
         self.head = 0;
         if old_meta.is_empty() {
-            self.spare.extend(old_pages.into_iter().filter(|p| !p.is_empty()));
+            self.spare
+                .extend(old_pages.into_iter().filter(|p| !p.is_empty()));
             let page_bytes = self.page_bytes();
             self.spare.retain(|p| p.len() == page_bytes);
-            return true;
+            self.allocated = 0;
+            return;
         }
         self.meta = vec![EMPTY; new_cap];
         if self.page_shift == 0 {
@@ -600,7 +693,10 @@ impl RecvBuffer {
                     let (p, o) = (i >> self.page_shift, (i & mask) * self.slot_size);
                     let from = &old_pages[p][o..o + len];
                     let o = (k & mask) * self.slot_size;
-                    self.page_mut(k >> self.page_shift)[o..o + len].copy_from_slice(from);
+                    // Growth is refused under pressure, so the page can be allocated.
+                    if let Some(page) = self.page_mut(k >> self.page_shift) {
+                        page[o..o + len].copy_from_slice(from);
+                    }
                 }
                 self.meta[k] = old_meta[i];
             }
@@ -610,7 +706,7 @@ impl RecvBuffer {
                 }
             }
         }
-        true
+        self.allocated = self.pages.iter().filter(|p| !p.is_empty()).count();
     }
 }
 
@@ -705,7 +801,10 @@ mod tests {
             assert_eq!(b.read_message(s(k + 1), &mut out), MsgRead::Done(64));
             let pages = b.pages.iter().filter(|p| !p.is_empty()).count();
             assert!(pages <= 1, "{pages} pages held at {k}");
-            assert!(b.held_bytes() <= (1 + PAGE_POOL) * page + 8192 * 24, "at {k}");
+            assert!(
+                b.held_bytes() <= (1 + PAGE_POOL) * page + 8192 * 24,
+                "at {k}"
+            );
         }
         // Out of order, a whole window ahead: the slots behind the read point hold the far
         // end of the window, and the page they lie on is kept until they are read.
@@ -715,7 +814,11 @@ mod tests {
         }
         assert_eq!(put(&mut b, base, &[base as u8; 64]), Insert::Stored);
         for k in base..base + 8192 {
-            assert_eq!(b.read_message(s(k + 1), &mut out), MsgRead::Done(64), "at {k}");
+            assert_eq!(
+                b.read_message(s(k + 1), &mut out),
+                MsgRead::Done(64),
+                "at {k}"
+            );
             assert_eq!(out[0], k as u8);
         }
         // Empty again: everything goes back.
@@ -787,13 +890,16 @@ mod tests {
             grow_at in proptest::collection::vec(0usize..200, 0..3),
             isn in proptest::prelude::any::<u32>(),
             one_slot_pages in proptest::bool::ANY,
+            whole_pages in proptest::bool::ANY,
             owned in proptest::collection::vec(proptest::bool::ANY, 200),
         ) {
             let isn = SeqNo::new(isn & SeqNo::MAX);
-            // Pages of 4 slots (the capacity, 5, 10, 20, is not a whole number of them) or
-            // of one, where owned payloads are swapped in.
+            // Pages of 4 slots or of one, where owned payloads are swapped in. A capacity of
+            // 8 (16, 32, 64) is a whole number of pages and grows in place; one of 5 (10,
+            // 20, 40) is not and is laid out again.
             let shift = if one_slot_pages { 0 } else { 2 };
-            let mut b = RecvBuffer::with_page_shift(3, 5, 40, isn, shift);
+            let (cap, max) = if whole_pages { (8, 64) } else { (5, 40) };
+            let mut b = RecvBuffer::with_page_shift(3, cap, max, isn, shift);
             let mut pool = vec![0u8; 3];
             let total = order.len() as u32;
             let payload = |k: u32| -> Vec<u8> {

@@ -15,6 +15,7 @@
 //! (bounded by the buffer's free room) for the application to take them back
 //! ([`SendBuffer::take_chunk`]) and fill them again, shared bytes are let go.
 
+use super::Pressure;
 use crate::seq::{MsgNo, SeqNo};
 use crate::wire::PacketPosition;
 use std::collections::VecDeque;
@@ -87,6 +88,8 @@ const CHUNK_POOL: usize = 4;
 const INITIAL_RING_BYTES: usize = 128 * 1456;
 /// Fewest slots the ring starts with.
 const MIN_RING: usize = 2;
+/// About how many bytes a page of the ring holds (a power of two of slots).
+const RING_PAGE_BYTES: usize = 1 << 20;
 
 const EMPTY: SlotMeta = SlotMeta {
     chunk: IN_RING,
@@ -109,7 +112,10 @@ pub(crate) struct SendBuffer {
     /// Slots allocated: `data` holds `ring` payloads and `meta` as many entries. At most
     /// `cap`; doubled by [`SendBuffer::reserve`] when what is held outgrows it.
     ring: usize,
-    data: Vec<u8>,
+    /// The ring's payload slots, in pages of `1 << page_shift` slots (the last, or the only
+    /// one of a small ring, may be shorter): growing moves pages rather than copying them.
+    data: Vec<Vec<u8>>,
+    page_shift: u32,
     meta: Vec<SlotMeta>,
     /// Sequence number of the oldest packet held.
     base: SeqNo,
@@ -132,6 +138,9 @@ pub(crate) struct SendBuffer {
     /// (and zero) most of the stream anew.
     pool: Vec<Vec<u8>>,
     pool_bytes: usize,
+    /// Set while the endpoint's buffers are over its memory budget: the ring does not grow
+    /// then, and the room left is what the ring has ([`SendBuffer::limit`]).
+    pressure: Pressure,
 }
 
 /// Why a message could not be queued.
@@ -152,6 +161,7 @@ impl SendBuffer {
             max_cap: max_cap.max(cap),
             ring: 0,
             data: Vec::new(),
+            page_shift: (RING_PAGE_BYTES / slot_size.max(1)).max(1).ilog2(),
             meta: Vec::new(),
             base: isn,
             head: 0,
@@ -164,7 +174,54 @@ impl SendBuffer {
             chunk_base: 0,
             pool: Vec::new(),
             pool_bytes: 0,
+            pressure: Pressure::default(),
         }
+    }
+
+    /// The endpoint's memory pressure flag, shared with its other connections.
+    pub fn set_pressure(&mut self, p: Pressure) {
+        self.pressure = p;
+    }
+
+    /// Packets the buffer may hold now: its capacity, or under memory pressure what its
+    /// ring already holds (at least a first small ring, so that every connection can make
+    /// progress).
+    fn limit(&self) -> usize {
+        if self.pressure.on() {
+            self.cap.min(self.ring.max(self.first_ring()))
+        } else {
+            self.cap
+        }
+    }
+
+    /// Slots of the ring first allocated (a power of two, so that doubling reaches whole
+    /// pages).
+    fn first_ring(&self) -> usize {
+        (INITIAL_RING_BYTES / self.slot_size.max(1))
+            .max(MIN_RING)
+            .next_power_of_two()
+    }
+
+    /// Ring slot `i`'s bytes from `start`, `len` of them.
+    fn slot(&self, i: usize, start: usize, len: usize) -> &[u8] {
+        let mask = (1 << self.page_shift) - 1;
+        let o = (i & mask) * self.slot_size + start;
+        &self.data[i >> self.page_shift][o..o + len]
+    }
+
+    /// Ring slot `i`'s bytes from `start`, `len` of them, to write.
+    fn slot_mut(&mut self, i: usize, start: usize, len: usize) -> &mut [u8] {
+        let mask = (1 << self.page_shift) - 1;
+        let o = (i & mask) * self.slot_size + start;
+        &mut self.data[i >> self.page_shift][o..o + len]
+    }
+
+    /// Pages for a ring of `ring` slots.
+    fn pages_for(&self, ring: usize) -> Vec<Vec<u8>> {
+        let per = 1 << self.page_shift;
+        (0..ring.div_ceil(per))
+            .map(|p| vec![0u8; self.slot_size * per.min(ring - p * per)])
+            .collect()
     }
 
     /// Payload bytes a packet carries at most.
@@ -182,7 +239,7 @@ impl SendBuffer {
         self.bytes
     }
     pub fn free_slots(&self) -> usize {
-        self.cap - self.len
+        self.limit().saturating_sub(self.len)
     }
     /// Oldest unacknowledged sequence number.
     pub fn base(&self) -> SeqNo {
@@ -283,7 +340,7 @@ impl SendBuffer {
     /// Whether `len` bytes of a chunk of `avail` can be queued now.
     fn fits_chunk(&self, len: usize, avail: usize) -> bool {
         let pkts = len.div_ceil(self.slot_size.max(1));
-        len > 0 && len <= avail && len <= MAX_CHUNK && pkts <= self.cap - self.len
+        len > 0 && len <= avail && len <= MAX_CHUNK && pkts <= self.free_slots()
     }
 
     /// Queues the first `len` bytes of `held` (checked by [`SendBuffer::fits_chunk`]).
@@ -348,19 +405,19 @@ impl SendBuffer {
             let used = self.meta[i].len as usize;
             let n = (self.slot_size - used).min(data.len());
             if n > 0 {
-                let off = i * self.slot_size + used;
-                self.data[off..off + n].copy_from_slice(&data[..n]);
+                self.slot_mut(i, used, n).copy_from_slice(&data[..n]);
                 self.meta[i].len += n as u32;
                 self.bytes += n as u64;
                 data = &data[n..];
             }
         }
         let want = self.len + data.len().div_ceil(self.slot_size.max(1));
-        self.reserve(want.min(self.cap));
-        while !data.is_empty() && self.len < self.cap {
+        let limit = self.limit();
+        self.reserve(want.min(limit));
+        while !data.is_empty() && self.len < limit {
             let n = self.slot_size.min(data.len());
-            let off = self.idx(self.len) * self.slot_size;
-            self.data[off..off + n].copy_from_slice(&data[..n]);
+            let i = self.idx(self.len);
+            self.slot_mut(i, 0, n).copy_from_slice(&data[..n]);
             self.append_stream_packet(n, IN_RING, 0, now_us);
             data = &data[n..];
         }
@@ -373,7 +430,7 @@ impl SendBuffer {
         if pkts > self.max_cap {
             return Err(PushError::TooLarge);
         }
-        if pkts > self.cap - self.len {
+        if pkts > self.free_slots() {
             return Err(PushError::Full);
         }
         self.reserve(self.len + pkts);
@@ -383,8 +440,7 @@ impl SendBuffer {
             let chunk = &msg
                 [(k * self.slot_size).min(msg.len())..((k + 1) * self.slot_size).min(msg.len())];
             let i = self.idx(self.len);
-            let off = i * self.slot_size;
-            self.data[off..off + chunk.len()].copy_from_slice(chunk);
+            self.slot_mut(i, 0, chunk.len()).copy_from_slice(chunk);
             let pos = match (k == 0, k + 1 == pkts) {
                 (true, true) => PacketPosition::Solo,
                 (true, false) => PacketPosition::First,
@@ -418,8 +474,7 @@ impl SendBuffer {
         let m = &self.meta[i];
         let len = m.len as usize;
         if m.chunk == IN_RING {
-            let start = i * self.slot_size;
-            return Some((m, &self.data[start..start + len]));
+            return Some((m, self.slot(i, 0, len)));
         }
         let c = usize::try_from(m.chunk.checked_sub(self.chunk_base)?).ok()?;
         let start = m.off as usize;
@@ -495,40 +550,49 @@ impl SendBuffer {
     /// Bytes of memory the buffer holds now (its ring and pooled chunks; not the chunks
     /// that hold packets, which are the application's).
     pub fn held_bytes(&self) -> usize {
-        self.data.capacity() + self.meta.capacity() * std::mem::size_of::<SlotMeta>() + self.pool_bytes
+        self.ring * self.slot_size
+            + self.meta.capacity() * std::mem::size_of::<SlotMeta>()
+            + self.pool_bytes
     }
 
     /// Doubles the capacity (up to the cap). Returns whether it grew. The ring follows only
     /// when what is held outgrows it ([`SendBuffer::reserve`]).
     pub fn grow(&mut self) -> bool {
-        if self.cap >= self.max_cap {
+        if self.cap >= self.max_cap || self.pressure.on() {
             return false;
         }
         self.cap = (self.cap * 2).min(self.max_cap);
         true
     }
 
-    /// Makes the ring hold at least `pkts` packets (at most the capacity): doubles it, laying
-    /// the held packets out from slot 0.
+    /// Makes the ring hold at least `pkts` packets (at most the capacity), doubling it. A ring
+    /// of whole pages that doubles keeps its packets where they are, but for those wrapped
+    /// to its start: their pages move to the new half, and of the page the head is in, the
+    /// slots before it are copied (at most a page, whatever the ring's size). Smaller rings,
+    /// and the last step to the capacity, are laid out again from slot 0.
     fn reserve(&mut self, pkts: usize) {
         let pkts = pkts.min(self.cap);
         if pkts <= self.ring {
             return;
         }
-        let first = (INITIAL_RING_BYTES / self.slot_size.max(1)).max(MIN_RING);
-        let mut ring = self.ring.max(first);
+        let mut ring = self.ring.max(self.first_ring());
         while ring < pkts {
             ring *= 2;
         }
         let ring = ring.min(self.cap);
-        let mut data = vec![0u8; ring * self.slot_size];
+        let per = 1 << self.page_shift;
+        if self.ring > 0 && self.ring.is_multiple_of(per) && ring == 2 * self.ring {
+            return self.grow_in_place();
+        }
+        let mut data = self.pages_for(ring);
         let mut meta = vec![EMPTY; ring];
+        let mask = per - 1;
         for k in 0..self.len {
             let i = self.idx(k);
             let len = self.meta[i].len as usize;
             if self.meta[i].chunk == IN_RING {
-                data[k * self.slot_size..k * self.slot_size + len]
-                    .copy_from_slice(&self.data[i * self.slot_size..i * self.slot_size + len]);
+                let o = (k & mask) * self.slot_size;
+                data[k >> self.page_shift][o..o + len].copy_from_slice(self.slot(i, 0, len));
             }
             meta[k] = self.meta[i];
         }
@@ -536,6 +600,36 @@ impl SendBuffer {
         self.meta = meta;
         self.ring = ring;
         self.head = 0;
+    }
+
+    /// Doubles a ring of whole pages in place (see [`SendBuffer::reserve`]).
+    fn grow_in_place(&mut self) {
+        let (old, per) = (self.ring, 1usize << self.page_shift);
+        let old_pages = old / per;
+        let fresh = self.pages_for(old);
+        self.data.extend(fresh);
+        self.meta.resize(2 * old, EMPTY);
+        self.ring = 2 * old;
+        // Packets at slots before the head had wrapped: they now belong `old` slots on.
+        let wrapped = (self.head + self.len).saturating_sub(old);
+        let head_page = self.head / per;
+        for p in 0..head_page {
+            self.data.swap(p, p + old_pages);
+        }
+        for j in 0..head_page * per {
+            self.meta[j + old] = std::mem::replace(&mut self.meta[j], EMPTY);
+        }
+        for j in head_page * per..self.head {
+            let m = std::mem::replace(&mut self.meta[j], EMPTY);
+            if j < wrapped && m.chunk == IN_RING {
+                let len = m.len as usize;
+                let (p, q) = (j >> self.page_shift, (j + old) >> self.page_shift);
+                let o = (j & (per - 1)) * self.slot_size;
+                let (a, b) = self.data.split_at_mut(q);
+                b[0][o..o + len].copy_from_slice(&a[p][o..o + len]);
+            }
+            self.meta[j + old] = m;
+        }
     }
 }
 
@@ -697,9 +791,16 @@ mod tests {
         /// Any mix of copied writes, chunks, shared bytes, sends, acknowledgements and growth holds exactly
         /// the bytes written and not yet acknowledged, in order.
         #[test]
-        fn ring_and_chunk_packets_hold_the_stream(ops in proptest::collection::vec((0u8..4, 1usize..40), 1..60)) {
+        fn ring_and_chunk_packets_hold_the_stream(
+            ops in proptest::collection::vec((0u8..4, 1usize..40), 1..60),
+            small_pages in proptest::bool::ANY,
+        ) {
             let isn = SeqNo::new(SeqNo::MAX - 20);
             let mut b = SendBuffer::new(5, 4, 64, isn);
+            if small_pages {
+                // Pages of two slots: the ring grows in place from 4 slots on.
+                b.page_shift = 1;
+            }
             let mut stream: Vec<u8> = Vec::new();
             let mut acked = 0usize;
             let mut next = 0u8;

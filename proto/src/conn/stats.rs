@@ -46,6 +46,9 @@ pub struct ConnStats {
     /// Data packets that arrived beyond the receive window and were not stored (the sender
     /// sends them again); an event count, not a fate.
     pub pkts_recv_beyond_window: u64,
+    /// Data packets dropped on arrival because storing them would have taken memory
+    /// beyond the endpoint's budget; the sender retransmits them.
+    pub pkts_recv_no_memory: u64,
     /// Duplicate data packets received (retransmissions that were not needed).
     pub pkts_recv_dup: u64,
     /// Retransmitted packets received.
