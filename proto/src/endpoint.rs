@@ -288,6 +288,7 @@ pub struct Endpoint {
     held: usize,
     /// Shared with every connection's buffers: set while over the budget.
     pressure: Pressure,
+
     index: HashMap<u32, usize>,
     by_peer: HashMap<(SocketAddr, u32), u32>,
     listener: Option<ConnConfig>,
@@ -318,6 +319,7 @@ impl Endpoint {
             writable: false,
             held: 0,
             pressure: Pressure::default(),
+
             index: HashMap::new(),
             by_peer: HashMap::new(),
             listener: None,
@@ -381,6 +383,7 @@ impl Endpoint {
 
     fn insert(&mut self, mut c: Connection) {
         c.set_pressure(self.pressure.clone());
+        c.set_timer_epoch(self.start);
         let i = self.conns.len();
         self.index.insert(c.local_id(), i);
         let slot = c.recv_slot_size();
@@ -923,9 +926,9 @@ impl Endpoint {
         let mut cfg = lcfg;
         // Without an explicit limit, accept the caller's MSS: it comes from its kernel's path
         // MTU toward us (libsrt callers propose 1500).
-        // Live mode keeps its own (1500 unless set): live peers expect at most 1456-byte
-        // payloads, and live buffers count packets of that size.
-        let limit = if cfg.mss_explicit || cfg.mode() == Mode::Live {
+        // Live and message modes keep their own (1500 unless set): live peers expect at most
+        // 1456-byte payloads, and their buffers count packets, a message or more each.
+        let limit = if cfg.mss_explicit || cfg.mode() != Mode::File {
             cfg.mss
         } else {
             65_535

@@ -66,6 +66,8 @@ pub(crate) const INITIAL_RTT_US: u64 = 100_000;
 pub(crate) const INITIAL_RTTVAR_US: u64 = 50_000;
 /// Keep-alive after this much silence from our side.
 const KEEPALIVE_US: u64 = 1_000_000;
+/// The grid keepalives and idle timeouts fall due on, µs: they may be this much late.
+const TIMER_GRID_US: u64 = 20_000;
 /// Handshake retransmission interval.
 pub(super) const HS_RETRY_US: u64 = 250_000;
 /// Minimum retransmission timeout (UDT/SRT `m_uMinExpInterval`).
@@ -269,6 +271,8 @@ pub struct Connection {
 
     /// The endpoint's memory pressure flag, shared with the buffers.
     pressure: Pressure,
+    /// This connection's start, µs after its endpoint's (the timer grid's epoch).
+    epoch_offset_us: u64,
 
     // Timers, µs since start.
     next_ack_tick: u64,
@@ -433,6 +437,7 @@ impl Connection {
             pending: Pending::default(),
             stats: ConnStats::default(),
             pressure: Pressure::default(),
+            epoch_offset_us: 0,
             cfg,
         }
     }
@@ -442,6 +447,18 @@ impl Connection {
         self.rbuf.set_pressure(p.clone());
         self.sbuf.set_pressure(p.clone());
         self.pressure = p;
+    }
+
+    /// Aligns this connection's coarse timers (keepalive, idle timeout) with those of the
+    /// other connections of an endpoint created at `epoch` (see [`TIMER_GRID_US`]).
+    pub(crate) fn set_timer_epoch(&mut self, epoch: Instant) {
+        self.epoch_offset_us = self.start.saturating_duration_since(epoch).as_micros() as u64;
+    }
+
+    /// `us` rounded up to the next multiple of [`TIMER_GRID_US`] since the epoch.
+    fn on_timer_grid(&self, us: u64) -> u64 {
+        let abs = us + self.epoch_offset_us;
+        (abs.div_ceil(TIMER_GRID_US) * TIMER_GRID_US).saturating_sub(self.epoch_offset_us)
     }
 
     /// Memory the send and receive buffers hold now, bytes (what
@@ -615,7 +632,13 @@ impl Connection {
             State::Closed(_) => return None,
             State::Connecting => self.hs.next_retry_us.min(self.hs.deadline_us),
             State::Connected | State::Closing => {
-                let mut t = self.idle_deadline_us();
+                // The keepalive and the idle timeout need no precision: they fall due on a
+                // grid shared by the endpoint's connections, so that an endpoint with many
+                // idle ones wakes for a batch of them at a time, not once for each.
+                let lazy = self
+                    .idle_deadline_us()
+                    .min(self.last_send_us + KEEPALIVE_US);
+                let mut t = self.on_timer_grid(lazy);
                 if !self.ack_tick_asleep {
                     t = t.min(self.next_ack_tick);
                 }
@@ -628,7 +651,6 @@ impl Connection {
                 if let Some(d) = self.window_probe_deadline_us() {
                     t = t.min(d);
                 }
-                t = t.min(self.last_send_us + KEEPALIVE_US);
                 if !self.rcv_loss.is_empty() && self.cfg.nak_report {
                     t = t.min(self.next_nak_tick);
                 }

@@ -252,9 +252,10 @@ impl RecvBuffer {
         if self.count > 0 || self.read_off > 0 {
             return false;
         }
-        let held = !self.meta.is_empty()
-            || !self.spare.is_empty()
-            || self.pages.iter().any(|p| !p.is_empty());
+        let held = !self.meta.is_empty() || !self.spare.is_empty() || self.allocated > 0;
+        if !held {
+            return false;
+        }
         self.meta = Vec::new();
         self.spare = Vec::new();
         self.pages.iter_mut().for_each(|p| *p = Vec::new());

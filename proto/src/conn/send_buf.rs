@@ -114,8 +114,12 @@ pub(crate) struct SendBuffer {
     ring: usize,
     /// The ring's payload slots, in pages of `1 << page_shift` slots (the last, or the only
     /// one of a small ring, may be shorter): growing moves pages rather than copying them.
+    /// A page is allocated when a payload is first copied into it (empty until then): the
+    /// packets of chunks and shared bytes need none.
     data: Vec<Vec<u8>>,
     page_shift: u32,
+    /// Bytes of the pages of `data` allocated.
+    data_bytes: usize,
     meta: Vec<SlotMeta>,
     /// Sequence number of the oldest packet held.
     base: SeqNo,
@@ -162,6 +166,7 @@ impl SendBuffer {
             ring: 0,
             data: Vec::new(),
             page_shift: (RING_PAGE_BYTES / slot_size.max(1)).max(1).ilog2(),
+            data_bytes: 0,
             meta: Vec::new(),
             base: isn,
             head: 0,
@@ -209,19 +214,27 @@ impl SendBuffer {
         &self.data[i >> self.page_shift][o..o + len]
     }
 
-    /// Ring slot `i`'s bytes from `start`, `len` of them, to write.
+    /// Ring slot `i`'s bytes from `start`, `len` of them, to write (its page allocated if
+    /// it was not).
     fn slot_mut(&mut self, i: usize, start: usize, len: usize) -> &mut [u8] {
         let mask = (1 << self.page_shift) - 1;
         let o = (i & mask) * self.slot_size + start;
-        &mut self.data[i >> self.page_shift][o..o + len]
+        let p = i >> self.page_shift;
+        if self.data[p].is_empty() {
+            let per = 1 << self.page_shift;
+            let n = self.slot_size * per.min(self.ring - p * per);
+            self.data[p] = vec![0u8; n];
+            self.data_bytes += n;
+        }
+        &mut self.data[p][o..o + len]
     }
 
-    /// Pages for a ring of `ring` slots.
+    /// The page table of a ring of `ring` slots, no page allocated.
     fn pages_for(&self, ring: usize) -> Vec<Vec<u8>> {
         let per = 1 << self.page_shift;
-        (0..ring.div_ceil(per))
-            .map(|p| vec![0u8; self.slot_size * per.min(ring - p * per)])
-            .collect()
+        let mut pages = Vec::new();
+        pages.resize_with(ring.div_ceil(per), Vec::new);
+        pages
     }
 
     /// Payload bytes a packet carries at most.
@@ -539,6 +552,7 @@ impl SendBuffer {
         }
         let held = self.ring > 0 || !self.pool.is_empty();
         self.data = Vec::new();
+        self.data_bytes = 0;
         self.meta = Vec::new();
         self.ring = 0;
         self.head = 0;
@@ -550,9 +564,7 @@ impl SendBuffer {
     /// Bytes of memory the buffer holds now (its ring and pooled chunks; not the chunks
     /// that hold packets, which are the application's).
     pub fn held_bytes(&self) -> usize {
-        self.ring * self.slot_size
-            + self.meta.capacity() * std::mem::size_of::<SlotMeta>()
-            + self.pool_bytes
+        self.data_bytes + self.meta.capacity() * std::mem::size_of::<SlotMeta>() + self.pool_bytes
     }
 
     /// Doubles the capacity (up to the cap). Returns whether it grew. The ring follows only
@@ -584,22 +596,48 @@ impl SendBuffer {
         if self.ring > 0 && self.ring.is_multiple_of(per) && ring == 2 * self.ring {
             return self.grow_in_place();
         }
-        let mut data = self.pages_for(ring);
-        let mut meta = vec![EMPTY; ring];
-        let mask = per - 1;
-        for k in 0..self.len {
-            let i = self.idx(k);
-            let len = self.meta[i].len as usize;
-            if self.meta[i].chunk == IN_RING {
-                let o = (k & mask) * self.slot_size;
-                data[k >> self.page_shift][o..o + len].copy_from_slice(self.slot(i, 0, len));
+        let fresh = self.empty_like(ring);
+        let old = std::mem::replace(self, fresh);
+        for k in 0..old.len {
+            let i = old.idx(k);
+            let m = old.meta[i];
+            if m.chunk == IN_RING {
+                let len = m.len as usize;
+                self.slot_mut(k, 0, len)
+                    .copy_from_slice(old.slot(i, 0, len));
             }
-            meta[k] = self.meta[i];
+            self.meta[k] = m;
         }
-        self.data = data;
-        self.meta = meta;
-        self.ring = ring;
-        self.head = 0;
+        let SendBuffer { chunks, pool, .. } = old;
+        self.chunks = chunks;
+        self.pool = pool;
+    }
+
+    /// A copy of this buffer's state with an empty ring of `ring` slots (head at slot 0),
+    /// for [`SendBuffer::reserve`] to lay the packets out again.
+    fn empty_like(&self, ring: usize) -> SendBuffer {
+        SendBuffer {
+            slot_size: self.slot_size,
+            cap: self.cap,
+            max_cap: self.max_cap,
+            ring,
+            data: self.pages_for(ring),
+            page_shift: self.page_shift,
+            data_bytes: 0,
+            meta: vec![EMPTY; ring],
+            base: self.base,
+            head: 0,
+            len: self.len,
+            sent: self.sent,
+            retransmitted: self.retransmitted,
+            bytes: self.bytes,
+            next_msg: self.next_msg,
+            chunks: VecDeque::new(),
+            chunk_base: self.chunk_base,
+            pool: Vec::new(),
+            pool_bytes: self.pool_bytes,
+            pressure: self.pressure.clone(),
+        }
     }
 
     /// Doubles a ring of whole pages in place (see [`SendBuffer::reserve`]).
@@ -625,6 +663,8 @@ impl SendBuffer {
                 let len = m.len as usize;
                 let (p, q) = (j >> self.page_shift, (j + old) >> self.page_shift);
                 let o = (j & (per - 1)) * self.slot_size;
+                // The page the packets move to is a new one (allocated on this write).
+                self.slot_mut(j + old, 0, 1);
                 let (a, b) = self.data.split_at_mut(q);
                 b[0][o..o + len].copy_from_slice(&a[p][o..o + len]);
             }
