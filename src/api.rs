@@ -6,7 +6,7 @@
 //! condition variable. Errors are `io::Error`s with precise kinds and the engine's reason text.
 
 use crate::datapath::{self, DatapathStats, Impaired, Impairment};
-use crate::runtime::{self, Shared, State, Wait};
+use crate::runtime::{self, AcceptSignal, Shared, State, Wait};
 use slipstream_proto::cc::CcRegistry;
 use slipstream_proto::conn::State as ConnState;
 use slipstream_proto::conn::{
@@ -39,6 +39,8 @@ pub struct EndpointOptions {
     datapath: String,
     impairment: Option<Impairment>,
     max_connections: usize,
+    memory_budget: Option<usize>,
+    threads: usize,
     registry: CcRegistry,
     seed: Option<u64>,
 }
@@ -51,6 +53,8 @@ impl Default for EndpointOptions {
             impairment: None,
             // The engine's default limit.
             max_connections: 1024,
+            memory_budget: None,
+            threads: 1,
             registry: CcRegistry::default(),
             seed: None,
         }
@@ -74,6 +78,22 @@ impl EndpointOptions {
         self.max_connections = n;
         self
     }
+    /// Most bytes the connections' buffers may hold together (see
+    /// [`EndpointConfig::set_memory_budget`]); past it they take no new memory and new
+    /// callers are refused. Default ([`None`]): a quarter of the machine's memory.
+    pub fn set_memory_budget(&mut self, bytes: Option<usize>) -> &mut Self {
+        self.memory_budget = bytes;
+        self
+    }
+    /// I/O threads, each with a socket of its own bound to the same address (Linux:
+    /// `SO_REUSEPORT`, datagrams steered to the socket of the thread that holds their
+    /// connection by SRT socket id). Connections are spread over them: new callers in turn,
+    /// incoming ones by their socket id. The connection limit and memory budget apply to
+    /// each thread's share. Default 1; at most 64.
+    pub fn set_threads(&mut self, n: usize) -> &mut Self {
+        self.threads = n.clamp(1, 64);
+        self
+    }
     /// Congestion controllers connections may name. Default: the built-ins ("bbr", "file",
     /// "udt", "live").
     pub fn set_registry(&mut self, r: CcRegistry) -> &mut Self {
@@ -88,6 +108,18 @@ impl EndpointOptions {
     pub fn set_seed(&mut self, seed: Option<u64>) -> &mut Self {
         self.seed = seed;
         self
+    }
+}
+
+/// The default memory budget of an endpoint: a quarter of the machine's memory (1 GiB if
+/// it cannot be read).
+pub fn default_memory_budget() -> usize {
+    let info = rustix::system::sysinfo();
+    let total = (info.totalram as u128 * u128::from(info.mem_unit.max(1))) as usize;
+    if total == 0 {
+        1 << 30
+    } else {
+        total / 4
     }
 }
 
@@ -159,36 +191,72 @@ fn io_failed(g: &State) -> Option<io::Error> {
 /// once every [`Connection`] has been dropped too.
 #[derive(Debug)]
 pub struct Endpoint {
-    shared: Arc<Shared>,
-    thread: Option<JoinHandle<()>>,
+    /// One socket, engine and I/O thread per thread asked for.
+    shards: Vec<Shard>,
+    /// The shard the next caller goes to.
+    next: std::sync::atomic::AtomicUsize,
+    accepts: Arc<AcceptSignal>,
     local: SocketAddr,
     registry: CcRegistry,
     datapath: &'static str,
 }
 
 impl Endpoint {
-    /// Binds `addr` and starts the I/O thread.
+    /// Binds `addr` and starts the I/O thread (or threads, see
+    /// [`EndpointOptions::set_threads`]).
     pub fn bind(addr: SocketAddr, opts: EndpointOptions) -> io::Result<Endpoint> {
-        let dp = datapath::open(&opts.datapath, addr)?;
-        let dp: Box<dyn datapath::Datapath> = match opts.impairment.clone() {
-            Some(imp) => Box::new(Impaired::new(dp, imp)),
-            None => dp,
-        };
-        let local = dp.local_addr()?;
-        let datapath = dp.name();
-        let mut cfg = EndpointConfig::default();
-        cfg.set_max_connections(opts.max_connections)
-            .set_seed(opts.seed.unwrap_or_else(os_seed))
-            .set_registry(opts.registry.clone());
-        let ep = slipstream_proto::endpoint::Endpoint::new(cfg, Instant::now());
-        let (shared, thread) = runtime::spawn(dp, ep, 1500)?;
+        let n = opts.threads.max(1);
+        let accepts = Arc::new(AcceptSignal::default());
+        let mut shards = Vec::with_capacity(n);
+        let mut local = addr;
+        let mut datapath = "";
+        let seed = opts.seed.unwrap_or_else(os_seed);
+        let budget = opts.memory_budget.unwrap_or_else(default_memory_budget) / n;
+        for k in 0..n {
+            let open = || datapath::open(&opts.datapath, local);
+            #[cfg(target_os = "linux")]
+            let dp = if n > 1 {
+                datapath::in_reuseport_group(n as u32, open)?
+            } else {
+                open()?
+            };
+            #[cfg(not(target_os = "linux"))]
+            let dp = open()?;
+            let dp: Box<dyn datapath::Datapath> = match opts.impairment.clone() {
+                Some(imp) => Box::new(Impaired::new(dp, imp)),
+                None => dp,
+            };
+            if k == 0 {
+                // The others bind the same address, the port included.
+                local = dp.local_addr()?;
+                datapath = dp.name();
+            }
+            let mut cfg = EndpointConfig::default();
+            cfg.set_max_connections(opts.max_connections.div_ceil(n))
+                .set_memory_budget(Some(budget))
+                .set_shard(k as u32, n as u32)
+                .set_seed(seed.wrapping_add(k as u64))
+                .set_registry(opts.registry.clone());
+            let ep = slipstream_proto::endpoint::Endpoint::new(cfg, Instant::now());
+            let (shared, thread) = runtime::spawn(dp, ep, 1500, accepts.clone())?;
+            shards.push(Shard {
+                shared,
+                thread: Some(thread),
+            });
+        }
         Ok(Endpoint {
-            shared,
-            thread: Some(thread),
+            shards,
+            next: std::sync::atomic::AtomicUsize::new(0),
+            accepts,
             local,
             registry: opts.registry,
             datapath,
         })
+    }
+
+    /// I/O threads (shards) this endpoint runs.
+    pub fn threads(&self) -> usize {
+        self.shards.len()
     }
 
     /// The bound address.
@@ -196,14 +264,31 @@ impl Endpoint {
         self.local
     }
 
-    /// Endpoint counters (datagrams dropped before reaching a connection, ...).
+    /// Endpoint counters (datagrams dropped before reaching a connection, ...), summed
+    /// over the I/O threads.
     pub fn stats(&self) -> EndpointStats {
-        self.shared.lock().ep.stats()
+        let mut s = EndpointStats::default();
+        for sh in &self.shards {
+            s.merge(&sh.shared.lock().ep.stats());
+        }
+        s
     }
 
-    /// Datapath counters (socket-level drops, impairment).
+    /// Endpoint counters of each I/O thread.
+    pub fn stats_per_thread(&self) -> Vec<EndpointStats> {
+        self.shards
+            .iter()
+            .map(|sh| sh.shared.lock().ep.stats())
+            .collect()
+    }
+
+    /// Datapath counters (socket-level drops, impairment), summed over the I/O threads.
     pub fn datapath_stats(&self) -> DatapathStats {
-        self.shared.lock().dp_stats
+        let mut s = DatapathStats::default();
+        for sh in &self.shards {
+            s.merge(&sh.shared.lock().dp_stats);
+        }
+        s
     }
 
     /// The datagram backend this endpoint runs on ("gso", "uring", "std", ...).
@@ -229,17 +314,21 @@ impl Endpoint {
     /// Accepts incoming connections configured with `cfg` from now on.
     pub fn listen(&self, cfg: ConnConfig) -> io::Result<()> {
         self.check_cc(&cfg)?;
-        let mut g = self.shared.lock();
-        g.ep.listen(Some(cfg));
-        g.listening = true;
+        for sh in &self.shards {
+            let mut g = sh.shared.lock();
+            g.ep.listen(Some(cfg.clone()));
+            g.listening = true;
+        }
         Ok(())
     }
 
     /// Stops accepting; connections already accepted are kept.
     pub fn stop_listening(&self) {
-        let mut g = self.shared.lock();
-        g.ep.listen(None);
-        g.listening = false;
+        for sh in &self.shards {
+            let mut g = sh.shared.lock();
+            g.ep.listen(None);
+            g.listening = false;
+        }
     }
 
     /// Waits for the next incoming connection.
@@ -253,19 +342,25 @@ impl Endpoint {
     }
 
     fn accept_until(&self, deadline: Option<Instant>) -> io::Result<Connection> {
-        let mut g = self.shared.lock();
-        if !g.listening {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "endpoint is not listening",
-            ));
-        }
+        let start = self.next.load(std::sync::atomic::Ordering::Relaxed);
         loop {
-            if let Some(id) = g.accept_queue.pop_front() {
-                return Connection::new(&self.shared, &mut g, id);
-            }
-            if let Some(e) = io_failed(&g) {
-                return Err(e);
+            // Read the signal first: a connection queued after the look below moves it.
+            let seen = self.accepts.count();
+            for k in 0..self.shards.len() {
+                let sh = &self.shards[(start + k) % self.shards.len()];
+                let mut g = sh.shared.lock();
+                if !g.listening {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        "endpoint is not listening",
+                    ));
+                }
+                if let Some(id) = g.accept_queue.pop_front() {
+                    return Connection::new(&sh.shared, &mut g, id);
+                }
+                if let Some(e) = io_failed(&g) {
+                    return Err(e);
+                }
             }
             let slice = match deadline {
                 Some(d) => match d.checked_duration_since(Instant::now()) {
@@ -279,7 +374,7 @@ impl Endpoint {
                 },
                 None => WAIT_SLICE,
             };
-            g = self.shared.wait(g, slice);
+            self.accepts.wait(seen, slice);
         }
     }
 
@@ -290,13 +385,15 @@ impl Endpoint {
         if let Some(mtu) = crate::datapath::path_mtu(remote) {
             cfg.set_mss_from_path(mtu);
         }
-        let mut g = self.shared.lock();
+        let k = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let shared = &self.shards[k % self.shards.len()].shared;
+        let mut g = shared.lock();
         let id =
             g.ep.connect(Instant::now(), remote, cfg)
                 .map_err(|e| io::Error::other(e.to_string()))?;
         drop(g);
-        self.shared.wake_io();
-        g = self.shared.lock();
+        shared.wake_io();
+        g = shared.lock();
         loop {
             let state = g.ep.conn(id).map(|c| c.state());
             match state {
@@ -305,19 +402,26 @@ impl Endpoint {
                     g.ep.remove(id);
                     return Err(close_error(r));
                 }
-                Some(_) => return Connection::new(&self.shared, &mut g, id),
+                Some(_) => return Connection::new(shared, &mut g, id),
                 None => return Err(gone()),
             }
             if let Some(e) = io_failed(&g) {
                 g.ep.remove(id);
                 return Err(e);
             }
-            g = self.shared.wait(g, WAIT_SLICE);
+            g = shared.wait(g, WAIT_SLICE);
         }
     }
 }
 
-impl Drop for Endpoint {
+/// One socket, engine and I/O thread of an [`Endpoint`].
+#[derive(Debug)]
+struct Shard {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for Shard {
     fn drop(&mut self) {
         let mut g = self.shared.lock();
         g.shutdown = true;
@@ -348,6 +452,8 @@ impl Drop for Endpoint {
 #[derive(Debug)]
 pub struct Connection {
     shared: Arc<Shared>,
+    /// What this handle's threads wait on (registered in the shared state's `conds`).
+    cond: Arc<std::sync::Condvar>,
     id: ConnId,
     peer: SocketAddr,
     mode: Mode,
@@ -361,8 +467,10 @@ pub struct Connection {
 impl Connection {
     fn new(shared: &Arc<Shared>, g: &mut MutexGuard<'_, State>, id: ConnId) -> io::Result<Self> {
         let c = g.ep.conn(id).ok_or_else(gone)?;
+        let cond = Arc::new(std::sync::Condvar::new());
         let conn = Connection {
             shared: shared.clone(),
+            cond: cond.clone(),
             id,
             peer: c.peer_addr(),
             mode: c.config().mode(),
@@ -373,6 +481,7 @@ impl Connection {
             peer_latency: c.peer_latency(),
         };
         g.handles += 1;
+        g.conds.insert(id, cond);
         Ok(conn)
     }
 
@@ -464,7 +573,7 @@ impl Connection {
         if let Some(e) = io_failed(&g) {
             return Err(e);
         }
-        Ok(self.shared.wait_for(g, slice, kind))
+        Ok(self.shared.wait_on(&self.cond, g, slice, kind))
     }
 
     /// Stream mode: queues bytes, waiting until there is room for some. Returns how many
@@ -931,6 +1040,7 @@ impl Drop for Connection {
             }
         }
         g.to_remove.push(self.id);
+        g.conds.remove(&self.id);
         g.handles -= 1;
         drop(g);
         self.shared.wake_io();

@@ -27,7 +27,7 @@ use crate::datapath::{
 };
 use slipstream_proto::conn::Event;
 use slipstream_proto::endpoint::{ConnId, Endpoint, PayloadRef};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -112,11 +112,48 @@ pub(crate) struct State {
     pub io_done: Option<Option<String>>,
     /// Datapath counters, refreshed by the I/O thread.
     pub dp_stats: DatapathStats,
+    /// The condition variable of each connection handle: its threads wait on it, and the
+    /// I/O thread wakes those of the connections something happened to, not every thread
+    /// of the endpoint (a thousand connections each with a reader would wake a thousand
+    /// threads per event).
+    pub conds: HashMap<ConnId, Arc<Condvar>>,
+}
+
+/// Bumped and notified by the I/O threads of an endpoint's shards whenever they queue an
+/// accepted connection: `accept` waits on it, whichever shard the connection is in.
+#[derive(Debug, Default)]
+pub(crate) struct AcceptSignal {
+    /// How many times a connection was queued.
+    pub count: Mutex<u64>,
+    /// Notified with each bump.
+    pub cond: Condvar,
+}
+
+impl AcceptSignal {
+    /// The count now.
+    pub fn count(&self) -> u64 {
+        *self.count.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn bump(&self) {
+        *self.count.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        self.cond.notify_all();
+    }
+
+    /// Waits at most `timeout` for the count to move past `seen`.
+    pub fn wait(&self, seen: u64, timeout: Duration) {
+        let g = self.count.lock().unwrap_or_else(|e| e.into_inner());
+        if *g == seen {
+            let _ = self.cond.wait_timeout(g, timeout);
+        }
+    }
 }
 
 /// Shared between the I/O thread and the application handles.
 #[derive(Debug)]
 pub(crate) struct Shared {
+    /// The endpoint's accept signal (shared by its shards).
+    pub accepts: Arc<AcceptSignal>,
     state: Mutex<State>,
     cond: Condvar,
     io_sleeping: AtomicBool,
@@ -138,12 +175,14 @@ impl Shared {
 
     /// Waits for the I/O thread to report progress, at most `timeout`.
     pub fn wait<'a>(&self, g: MutexGuard<'a, State>, timeout: Duration) -> MutexGuard<'a, State> {
-        self.wait_for(g, timeout, Wait::Any)
+        self.wait_on(&self.cond, g, timeout, Wait::Any)
     }
 
-    /// Waits as a stream reader, writer or for any progress, at most `timeout`.
-    pub fn wait_for<'a>(
+    /// Waits on `cond` (the endpoint's, or a connection's from [`State::conds`]) as a
+    /// stream reader, writer or for any progress, at most `timeout`.
+    pub fn wait_on<'a>(
         &self,
+        cond: &Condvar,
         mut g: MutexGuard<'a, State>,
         timeout: Duration,
         kind: Wait,
@@ -155,8 +194,7 @@ impl Shared {
             Wait::Timer => g.timers += 1,
             Wait::Any => {}
         }
-        let (mut g, _) = self
-            .cond
+        let (mut g, _) = cond
             .wait_timeout(g, timeout)
             .unwrap_or_else(|e| e.into_inner());
         g.waiters -= 1;
@@ -189,8 +227,10 @@ pub(crate) fn spawn(
     dp: Box<dyn Datapath>,
     ep: Endpoint,
     max_mss: usize,
+    accepts: Arc<AcceptSignal>,
 ) -> io::Result<(Arc<Shared>, JoinHandle<()>)> {
     let shared = Arc::new(Shared {
+        accepts,
         state: Mutex::new(State {
             ep,
             accept_queue: VecDeque::new(),
@@ -205,6 +245,7 @@ pub(crate) fn spawn(
             max_mss,
             io_done: None,
             dp_stats: DatapathStats::default(),
+            conds: HashMap::new(),
         }),
         cond: Condvar::new(),
         io_sleeping: AtomicBool::new(false),
@@ -223,6 +264,7 @@ pub(crate) fn spawn(
         coalesce: Coalescer::default(),
         split: Split::default(),
         drain_until: None,
+        wake: Vec::new(),
     };
     let handle = std::thread::Builder::new()
         .name("slipstream-io".into())
@@ -232,6 +274,8 @@ pub(crate) fn spawn(
 
 struct IoLoop {
     dp: Box<dyn Datapath>,
+    /// Connection condition variables to notify once the lock is released.
+    wake: Vec<Arc<Condvar>>,
     shared: Arc<Shared>,
     /// Outgoing datagrams, packed back to back so that runs can go out as one GSO send.
     tx_buf: Vec<u8>,
@@ -441,8 +485,11 @@ impl IoLoop {
         let mut g = self.shared.lock();
         g.dp_stats = self.dp.stats();
         g.io_done = Some(result.err().map(|e| format!("I/O thread failed: {e}")));
+        let conds: Vec<Arc<Condvar>> = g.conds.values().cloned().collect();
         drop(g);
         self.shared.cond.notify_all();
+        conds.iter().for_each(|c| c.notify_all());
+        self.shared.accepts.bump();
     }
 
     fn event_loop(&mut self) -> io::Result<()> {
@@ -490,6 +537,7 @@ impl IoLoop {
             }
 
             let mut events = false;
+            let mut accepted = false;
             while let Some((id, ev)) = g.ep.poll_event() {
                 events = true;
                 if matches!(ev, Event::Accepted | Event::Connected) {
@@ -502,6 +550,7 @@ impl IoLoop {
                 if ev == Event::Accepted {
                     if g.listening && !g.shutdown {
                         g.accept_queue.push_back(id);
+                        accepted = true;
                     } else if let Some(c) = g.ep.conn(id) {
                         c.abort();
                         g.to_remove.push(id);
@@ -581,6 +630,15 @@ impl IoLoop {
                         && (self.since_notify >= NOTIFY_DATAGRAMS
                             || read_due.is_some_and(|d| d <= now)))
                     || (g.writers > 0 && g.ep.take_writable()));
+            if notify {
+                // The threads of the connections something happened to.
+                let st = &mut *g;
+                for id in st.ep.drain_woken() {
+                    if let Some(c) = st.conds.get(&id) {
+                        self.wake.push(c.clone());
+                    }
+                }
+            }
             if !notify && g.readers > 0 && idle {
                 if let Some(d) = read_due {
                     // Come back to wake the reader then.
@@ -589,10 +647,16 @@ impl IoLoop {
                 }
             }
             drop(g);
+            if accepted {
+                shared.accepts.bump();
+            }
             if notify {
                 self.since_notify = 0;
                 self.unnotified_since = None;
                 shared.cond.notify_all();
+                for c in self.wake.drain(..) {
+                    c.notify_all();
+                }
             }
 
             if !gather && !self.txs.is_empty() {

@@ -610,3 +610,101 @@ fn stream_reads_time_out() {
         .unwrap();
     assert_eq!(&buf[..n], b"hello");
 }
+
+/// Two I/O threads on each side: sixteen connections spread over both sockets of each
+/// endpoint (one port), all moving their data byte-exact both ways.
+#[test]
+fn two_io_threads_share_the_connections_of_one_address() {
+    let mut opts = EndpointOptions::default();
+    opts.set_threads(2);
+    let server_ep = Endpoint::bind(loopback(), opts.clone()).unwrap();
+    assert_eq!(server_ep.threads(), 2);
+    server_ep.listen(cfg(Mode::File)).unwrap();
+    let client_ep = Endpoint::bind(loopback(), opts).unwrap();
+    let addr = server_ep.local_addr();
+    const N: usize = 16;
+    std::thread::scope(|s| {
+        let server = s.spawn(|| {
+            let conns: Vec<Connection> = (0..N)
+                .map(|_| server_ep.accept_timeout(Duration::from_secs(10)).unwrap())
+                .collect();
+            let mut handles = Vec::new();
+            for mut c in conns {
+                handles.push(std::thread::spawn(move || {
+                    let mut got = Vec::new();
+                    c.read_to_end(&mut got).unwrap();
+                    got
+                }));
+            }
+            let mut all: Vec<Vec<u8>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+            all.sort();
+            all
+        });
+        let mut sent = Vec::new();
+        let mut senders = Vec::new();
+        for k in 0..N {
+            let mut c = client_ep.connect(addr, cfg(Mode::File)).unwrap();
+            let payload = data(300_000 + k * 1000, k as u64 + 1);
+            sent.push(payload.clone());
+            senders.push(std::thread::spawn(move || {
+                std::io::Write::write_all(&mut c, &payload).unwrap();
+                c.close().unwrap();
+            }));
+        }
+        senders.into_iter().for_each(|h| h.join().unwrap());
+        let mut got = server.join().unwrap();
+        sent.sort();
+        got.sort();
+        assert!(got == sent, "a stream arrived damaged or not at all");
+    });
+    for (name, ep) in [("server", &server_ep), ("client", &client_ep)] {
+        let per: Vec<u64> = ep
+            .stats_per_thread()
+            .iter()
+            .map(|s| s.datagrams_in)
+            .collect();
+        assert!(per.iter().all(|&d| d > 0), "{name}: a thread idle: {per:?}");
+        let st = ep.stats();
+        assert_eq!(
+            st.unknown_socket, 0,
+            "{name}: datagrams reached the wrong thread"
+        );
+    }
+    assert_eq!(server_ep.stats().accepted, N as u64);
+}
+
+/// Past the connection limit a caller is refused at once with SRT's RESOURCE rejection and
+/// its reason; the connections already there carry on.
+#[test]
+fn a_caller_over_the_connection_limit_is_refused_and_the_others_carry_on() {
+    let mut opts = EndpointOptions::default();
+    opts.set_max_connections(3);
+    let server_ep = Endpoint::bind(loopback(), opts).unwrap();
+    server_ep.listen(cfg(Mode::Message)).unwrap();
+    let client_ep = Endpoint::bind(loopback(), EndpointOptions::default()).unwrap();
+    let addr = server_ep.local_addr();
+    let mut pairs = Vec::new();
+    for _ in 0..3 {
+        let c = client_ep.connect(addr, cfg(Mode::Message)).unwrap();
+        let s = server_ep.accept_timeout(Duration::from_secs(5)).unwrap();
+        pairs.push((c, s));
+    }
+    let t = Instant::now();
+    let err = client_ep.connect(addr, cfg(Mode::Message)).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::ConnectionRefused, "{err}");
+    assert!(err.to_string().contains("resource"), "{err}");
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "refused only after {:?}",
+        t.elapsed()
+    );
+    assert_eq!(server_ep.stats().rejected_limit, 1);
+    let mut buf = [0u8; 64];
+    for (k, (c, s)) in pairs.iter().enumerate() {
+        c.send_message(&[k as u8; 10]).unwrap();
+        let n = s
+            .recv_message_timeout(&mut buf, Duration::from_secs(5))
+            .unwrap();
+        assert_eq!(&buf[..n], &[k as u8; 10]);
+    }
+}

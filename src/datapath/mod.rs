@@ -30,6 +30,23 @@ pub(crate) fn bind_udp(addr: SocketAddr) -> io::Result<UdpSocket> {
     Ok(sock)
 }
 
+thread_local! {
+    /// While set (see [`in_reuseport_group`]), sockets opened on this thread join a
+    /// `SO_REUSEPORT` group of this many shards, steered by SRT socket id.
+    static GROUP: std::cell::Cell<Option<u32>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` (which opens a datapath) so that its socket joins the `SO_REUSEPORT` group of
+/// `shards` sockets bound to the same address, datagrams steered among them by SRT socket
+/// id (see [`crate::sys::reuseport`]).
+#[cfg(target_os = "linux")]
+pub(crate) fn in_reuseport_group<T>(shards: u32, f: impl FnOnce() -> T) -> T {
+    GROUP.with(|g| g.set(Some(shards)));
+    let out = f();
+    GROUP.with(|g| g.set(None));
+    out
+}
+
 /// A blocking UDP socket bound to `addr` with send and receive buffers of about `sndbuf` and
 /// `rcvbuf` bytes (forced past the system limits where permitted).
 pub(crate) fn udp_socket(addr: SocketAddr, sndbuf: usize, rcvbuf: usize) -> io::Result<UdpSocket> {
@@ -53,7 +70,17 @@ pub(crate) fn udp_socket(addr: SocketAddr, sndbuf: usize, rcvbuf: usize) -> io::
         let _ = sock.set_recv_buffer_size(rcvbuf);
         let _ = sock.set_send_buffer_size(sndbuf);
     }
+    #[cfg(target_os = "linux")]
+    let group = GROUP.with(|g| g.get());
+    #[cfg(target_os = "linux")]
+    if group.is_some() {
+        crate::sys::reuseport::set_reuseport(&sock)?;
+    }
     sock.bind(&addr.into())?;
+    #[cfg(target_os = "linux")]
+    if let Some(n) = group {
+        crate::sys::reuseport::steer_by_socket_id(&sock, n)?;
+    }
     Ok(sock.into())
 }
 
@@ -321,6 +348,26 @@ pub struct DatapathStats {
     pub impaired_lost: u64,
     /// Datagrams the simulated link delivered (duplicates included).
     pub impaired_delivered: u64,
+}
+
+impl DatapathStats {
+    /// Adds `o`'s counts (the sockets of a sharded endpoint).
+    pub fn merge(&mut self, o: &DatapathStats) {
+        self.sent += o.sent;
+        self.received += o.received;
+        self.syscalls += o.syscalls;
+        self.gso_sends += o.gso_sends;
+        self.gro_batches += o.gro_batches;
+        self.send_would_block += o.send_would_block;
+        self.send_nobufs += o.send_nobufs;
+        self.send_errors += o.send_errors;
+        self.recv_errors += o.recv_errors;
+        self.zerocopy_completed += o.zerocopy_completed;
+        self.zerocopy_copied += o.zerocopy_copied;
+        self.degraded += o.degraded;
+        self.impaired_lost += o.impaired_lost;
+        self.impaired_delivered += o.impaired_delivered;
+    }
 }
 
 /// Datagram I/O for one UDP socket, in batches.

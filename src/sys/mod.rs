@@ -13,6 +13,8 @@ pub mod hugepage;
 pub mod mapped;
 #[cfg(target_os = "linux")]
 pub(crate) mod mmsg;
+#[cfg(target_os = "linux")]
+pub(crate) mod reuseport;
 #[cfg(unix)]
 pub mod signal;
 #[cfg(target_os = "linux")]
