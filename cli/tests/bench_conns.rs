@@ -1,6 +1,8 @@
 //! `slipstream bench conns` end to end: many idle connections, a few bulk streams, each
-//! between two child processes over loopback; the JSON report's keys and sane values. No
-//! thresholds on memory or CPU here: those figures are measurements, not properties.
+//! between two child processes over loopback; the JSON report's keys and sane values. The
+//! thresholds of the release-mode regression tests (`#[ignore]`, run by the test command)
+//! are several times what this machine measures, and far below what the code did before
+//! idle connections became cheap: they catch a relapse, not noise.
 
 mod common;
 use common::*;
@@ -16,11 +18,10 @@ const BIN: &str = env!("CARGO_BIN_EXE_slipstream");
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// Keys every report has (null where the pattern has no such figure).
-const KEYS: [&str; 24] = [
+const KEYS: [&str; 23] = [
     "n",
     "pattern",
     "threads",
-    "threads_supported",
     "secs",
     "established",
     "accepted",
@@ -80,7 +81,6 @@ fn f(v: &serde_json::Value, k: &str) -> f64 {
 fn check_common(v: &serde_json::Value, n: u64, pattern: &str) {
     assert_eq!(v["n"], n, "{v}");
     assert_eq!(v["pattern"], pattern, "{v}");
-    assert_eq!(v["threads"], 1, "{v}");
     assert_eq!(v["connections_lost"], 0, "{v}");
     assert_eq!(v["established"], n, "{v}");
     assert_eq!(v["accepted"], n, "{v}");
@@ -156,4 +156,67 @@ fn peer_subcommands_are_hidden() {
     assert!(help.contains("conns"), "{help}");
     assert!(!help.contains("conns-server"), "{help}");
     assert!(!help.contains("conns-client"), "{help}");
+}
+
+/// 3,000 idle connections: set-up, memory and idle CPU per connection stay near what they
+/// measure (about 10,000 set-ups a second, 12-60 KiB and 1 % of a core for 10,000 on this
+/// machine), far from the 38-76 set-ups a second, 14 MB and 28 % of a core of 3,000 before.
+#[test]
+#[ignore = "heavy: 3,000 connections between two processes (release, in the test command)"]
+fn idle_connections_cost_little() {
+    let out = conns(&["--n", "3000", "--pattern", "idle", "--secs", "3", "--json"]);
+    let v = report(&out);
+    check_common(&v, 3000, "idle");
+    assert!(f(&v, "setup_per_s") >= 1000.0, "set-up: {v}");
+    assert!(f(&v, "rss_per_conn_kib") <= 64.0, "listener memory: {v}");
+    assert!(
+        f(&v, "rss_per_conn_kib_client") <= 128.0,
+        "caller memory: {v}"
+    );
+    assert!(f(&v, "idle_cpu_pct") <= 10.0, "listener idle CPU: {v}");
+    assert!(f(&v, "idle_cpu_pct_client") <= 10.0, "caller idle CPU: {v}");
+}
+
+/// Two I/O threads a side carry ten streams without losing one.
+#[test]
+#[ignore = "heavy: bulk load between two processes (release, in the test command)"]
+fn two_io_threads_carry_bulk_streams() {
+    let out = conns(&[
+        "--n",
+        "10",
+        "--pattern",
+        "bulk",
+        "--threads",
+        "2",
+        "--secs",
+        "2",
+        "--idle-secs",
+        "1",
+        "--json",
+    ]);
+    let v = report(&out);
+    check_common(&v, 10, "bulk");
+    assert_eq!(v["threads"], 2, "{v}");
+    assert!(f(&v, "aggregate_gbit_per_s") > 1.0, "{v}");
+}
+
+/// One connection of 64-byte messages with the default controller: hundreds of thousands a
+/// second on this machine, where it once moved one a second.
+#[test]
+#[ignore = "heavy: message load between two processes (release, in the test command)"]
+fn small_messages_move_at_speed() {
+    let out = conns(&[
+        "--n",
+        "1",
+        "--pattern",
+        "messages",
+        "--secs",
+        "2",
+        "--idle-secs",
+        "1",
+        "--json",
+    ]);
+    let v = report(&out);
+    check_common(&v, 1, "messages");
+    assert!(f(&v, "msgs_per_s") >= 50_000.0, "{v}");
 }

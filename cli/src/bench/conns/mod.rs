@@ -42,8 +42,6 @@ const ANSWER: Duration = Duration::from_secs(15);
 const CONNECTORS: usize = 64;
 /// The library's connect timeout (ConnConfig's default): the longest one connect call takes.
 const CONNECT_TIMEOUT_S: f64 = 3.0;
-/// Whether `--threads` reaches the library (EndpointOptions has no I/O thread count yet).
-const THREADS_SUPPORTED: bool = false;
 
 /// What the connections do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -75,7 +73,7 @@ pub struct ConnsArgs {
     /// What they do once connected.
     #[arg(long, value_enum, default_value = "idle")]
     pattern: Pattern,
-    /// I/O threads per endpoint (recorded; the library has no such setting yet).
+    /// I/O threads per endpoint, on both sides (`EndpointOptions::set_threads`, at most 64).
     #[arg(long, value_name = "T", default_value_t = 1)]
     threads: usize,
     /// Measured window, seconds: the load of bulk and messages [default: 5]; for idle, the
@@ -106,6 +104,10 @@ pub struct ConnsArgs {
     /// library's for the mode].
     #[arg(long, value_name = "NAME")]
     cc: Option<String>,
+    /// Print each connection's statistics (both sides) to stderr when the load ends:
+    /// pacing period, round trip, packets in flight, losses, buffers.
+    #[arg(long)]
+    conn_stats: bool,
     /// Also print the report as one JSON object, as the last line.
     #[arg(long)]
     json: bool,
@@ -133,6 +135,8 @@ pub struct PeerArgs {
     cc: Option<String>,
     #[arg(long)]
     copy: bool,
+    #[arg(long)]
+    conn_stats: bool,
 }
 
 /// Runs `bench conns`.
@@ -162,13 +166,6 @@ pub fn run(a: &ConnsArgs) -> Result<(), String> {
         return Err("--size must be 1 to 16 MiB".into());
     }
     let connectors = a.connectors.unwrap_or(CONNECTORS).clamp(1, a.n);
-    if a.threads != 1 && !THREADS_SUPPORTED {
-        eprintln!(
-            "bench conns: note: --threads {} is recorded only: the library runs one I/O thread \
-             per endpoint",
-            a.threads
-        );
-    }
 
     let exe = std::env::current_exe().map_err(|e| format!("finding this program: {e}"))?;
     let mut args: Vec<String> = ["bench", "conns-server", "--n", &a.n.to_string()]
@@ -194,6 +191,9 @@ pub fn run(a: &ConnsArgs) -> Result<(), String> {
     }
     if a.copy {
         args.push("--copy".into());
+    }
+    if a.conn_stats {
+        args.push("--conn-stats".into());
     }
     let mut server = Child::spawn("server", &exe, &args)?;
     let s_ready: Ready = server.read(ANSWER, "start-up")?;

@@ -80,6 +80,33 @@ impl Conns {
         }
     }
 
+    /// One line of statistics per connection on stderr (`--conn-stats`).
+    fn print_stats(&self, side: &str) {
+        let mut list = self.list();
+        list.sort_by_key(|(id, _)| *id);
+        for (id, c) in list {
+            if let Ok(st) = c.stats() {
+                eprintln!(
+                    "  {side} conn {id}: sent {} B, received {} B, period {:.1} us, rtt {:.2} ms, \
+                     in flight {}, lost {} (sent) {} (received), send buffer {} of {}, receive \
+                     buffer {} of {}, buffer memory {} KiB",
+                    st.bytes_sent_unique,
+                    st.bytes_recv_unique,
+                    st.send_period_us,
+                    st.rtt_ms,
+                    st.pkts_in_flight,
+                    st.pkts_snd_loss,
+                    st.pkts_rcv_loss,
+                    st.snd_buf_pkts,
+                    st.snd_buf_cap_pkts,
+                    st.rcv_buf_pkts,
+                    st.rcv_buf_cap_pkts,
+                    st.buf_mem_bytes >> 10,
+                );
+            }
+        }
+    }
+
     fn totals(&self) -> (Vec<u64>, Vec<u64>) {
         let load = |v: &[AtomicU64]| v.iter().map(|a| a.load(Ordering::Relaxed)).collect();
         (load(&self.bytes), load(&self.msgs))
@@ -222,10 +249,8 @@ fn bind(a: &PeerArgs) -> Result<(Endpoint, Ready), String> {
     let rss_kib_start = ipc::rss_kib();
     let mut opts = EndpointOptions::default();
     opts.set_datapath(&a.datapath)
-        .set_max_connections(a.n + SPARE_CONNS);
-    // `a.threads` has nowhere to go yet: EndpointOptions has no I/O thread count. Once it
-    // has (`set_threads`), pass it here and set `super::THREADS_SUPPORTED`.
-    let _ = a.threads;
+        .set_max_connections(a.n + SPARE_CONNS)
+        .set_threads(a.threads);
     let ep = Endpoint::bind("127.0.0.1:0".parse().expect("address"), opts)
         .map_err(|e| format!("binding 127.0.0.1: {e}"))?;
     let ready = Ready {
@@ -297,6 +322,9 @@ pub fn run_server(a: &PeerArgs) -> Result<(), String> {
             std::thread::sleep(Duration::from_secs_f64(secs));
             let (b1, m1) = conns.totals();
             let (t1, cpu1) = (ipc::mono_s(), process_cpu());
+            if a.conn_stats {
+                conns.print_stats("server");
+            }
             let diff = |a: Vec<u64>, b: Vec<u64>| a.iter().zip(&b).map(|(x, y)| y - x).collect();
             ipc::say(&Measured {
                 secs: t1 - t,
@@ -361,6 +389,9 @@ pub fn run_client(a: &PeerArgs) -> Result<(), String> {
             ipc::say(&conns.start(a.pattern, false)?)
         }
         Cmd::Stop => {
+            if a.conn_stats {
+                conns.print_stats("client");
+            }
             conns.stop.store(true, Ordering::Relaxed);
             let (b, m) = conns.totals();
             ipc::say(&Stopped {

@@ -2,7 +2,7 @@
 //! the human-readable summary.
 
 use super::ipc::{Accepted, Connected, Measured, Ready, Sample, Stopped};
-use super::{ConnsArgs, Pattern, THREADS_SUPPORTED};
+use super::{ConnsArgs, Pattern};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
@@ -36,10 +36,8 @@ pub struct Seen {
 pub struct Report {
     n: usize,
     pattern: &'static str,
-    /// I/O threads per endpoint as requested; `threads_supported` says whether they reached
-    /// the library.
+    /// I/O threads per endpoint (`EndpointOptions::set_threads`).
     threads: usize,
-    threads_supported: bool,
     connectors: usize,
     datapath: String,
     /// Bulk streams copied in and out (--copy) rather than zero-copy.
@@ -154,7 +152,6 @@ impl Report {
             n: a.n,
             pattern: a.pattern.name(),
             threads: a.threads,
-            threads_supported: THREADS_SUPPORTED,
             connectors: plan.connectors,
             datapath: seen.server_ready.datapath.clone(),
             cc: a.cc.clone(),
@@ -231,16 +228,8 @@ impl Report {
         let _ = writeln!(
             s,
             "bench conns: {} {} connections, two processes over loopback (datapath {}, {} I/O \
-             thread(s) requested{})",
-            self.n,
-            self.pattern,
-            self.datapath,
-            self.threads,
-            if self.threads_supported {
-                ""
-            } else {
-                ", not supported: 1 per endpoint"
-            }
+             thread(s) each)",
+            self.n, self.pattern, self.datapath, self.threads,
         );
         let _ = writeln!(
             s,
