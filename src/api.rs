@@ -481,7 +481,8 @@ impl Connection {
             peer_latency: c.peer_latency(),
         };
         g.handles += 1;
-        g.conds.insert(id, cond);
+        g.conds
+            .insert(id, runtime::ConnWaiters { cond, waiting: 0 });
         Ok(conn)
     }
 
@@ -566,14 +567,21 @@ impl Connection {
 
     fn wait_for<'a>(
         &self,
-        g: MutexGuard<'a, State>,
+        mut g: MutexGuard<'a, State>,
         slice: Duration,
         kind: Wait,
     ) -> io::Result<MutexGuard<'a, State>> {
         if let Some(e) = io_failed(&g) {
             return Err(e);
         }
-        Ok(self.shared.wait_on(&self.cond, g, slice, kind))
+        if let Some(w) = g.conds.get_mut(&self.id) {
+            w.waiting += 1;
+        }
+        let mut g = self.shared.wait_on(&self.cond, g, slice, kind);
+        if let Some(w) = g.conds.get_mut(&self.id) {
+            w.waiting -= 1;
+        }
+        Ok(g)
     }
 
     /// Stream mode: queues bytes, waiting until there is room for some. Returns how many
@@ -696,6 +704,37 @@ impl Connection {
     /// the I/O thread first.
     pub fn send_message_more(&self, msg: &[u8]) -> io::Result<()> {
         self.queue_message(msg)
+    }
+
+    /// Message or live mode: queues as many of `msgs` as there is room for, in order, under
+    /// one hold of the endpoint's lock and with one wake-up of the I/O thread; waits for
+    /// room only while none fits. Returns how many were queued (at least one, unless `msgs`
+    /// is empty). For streams of small messages: one lock a batch instead of one a message.
+    pub fn send_messages(&self, msgs: &[&[u8]]) -> io::Result<usize> {
+        if msgs.is_empty() {
+            return Ok(0);
+        }
+        let mut g = self.shared.lock();
+        loop {
+            let c = g.ep.conn(self.id).ok_or_else(gone)?;
+            let now = Instant::now();
+            let mut queued = 0;
+            for m in msgs {
+                match c.send_message(now, m) {
+                    Ok(()) => queued += 1,
+                    Err(SendError::WouldBlock) => break,
+                    Err(e) if queued == 0 => return Err(send_error(e)),
+                    Err(_) => break,
+                }
+            }
+            if queued > 0 {
+                drop(g);
+                self.shared.wake_io();
+                return Ok(queued);
+            }
+            self.shared.wake_io();
+            g = self.wait_for(g, WAIT_SLICE, Wait::Write)?;
+        }
     }
 
     /// Sends what [`Connection::send_message_more`] queued: wakes the I/O thread if it
