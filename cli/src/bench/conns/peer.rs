@@ -32,8 +32,9 @@ const CONNECTOR_STACK: usize = 256 << 10;
 const STREAM_CHUNK: usize = 64 << 10;
 /// Most receive-buffer pages one stream read takes out.
 const RECV_PAGES: usize = 16;
-/// Messages queued per wake-up of the I/O thread (`send_message_more`, then `flush`).
-pub(super) const MSG_BATCH: u64 = 16;
+/// Messages offered per `send_messages` call (one hold of the lock, one wake-up of the
+/// I/O thread).
+pub(super) const MSG_BATCH: u64 = 64;
 /// Endpoint connection limit beyond the connections requested.
 const SPARE_CONNS: usize = 16;
 
@@ -222,12 +223,10 @@ impl Conns {
     }
 
     fn send_messages(&self, id: usize, c: &Connection, msg: &[u8]) -> Result<(), String> {
+        let batch = [msg; MSG_BATCH as usize];
         while !self.stop.load(Ordering::Relaxed) {
-            for _ in 0..MSG_BATCH {
-                c.send_message_more(msg).map_err(|e| e.to_string())?;
-            }
-            c.flush();
-            self.count(id, msg.len() * MSG_BATCH as usize, MSG_BATCH);
+            let k = c.send_messages(&batch).map_err(|e| e.to_string())?;
+            self.count(id, msg.len() * k, k as u64);
         }
         Ok(())
     }
