@@ -708,3 +708,40 @@ fn a_caller_over_the_connection_limit_is_refused_and_the_others_carry_on() {
         assert_eq!(&buf[..n], &[k as u8; 10]);
     }
 }
+
+/// A batch of messages queued under one lock arrives whole and in order; a batch larger than
+/// the send buffer's room is queued in part and the rest on the next calls.
+#[test]
+fn send_messages_queues_a_batch_in_order() {
+    let p = pair(Mode::Message, EndpointOptions::default());
+    let msgs: Vec<Vec<u8>> = (0..20_000u32)
+        .map(|k| k.to_be_bytes().repeat(1 + (k % 16) as usize))
+        .collect();
+    let refs: Vec<&[u8]> = msgs.iter().map(Vec::as_slice).collect();
+    let reader = std::thread::scope(|s| {
+        let r = s.spawn(|| {
+            let mut buf = [0u8; 128];
+            (0..msgs.len())
+                .map(|_| {
+                    let n = p
+                        .server
+                        .recv_message_timeout(&mut buf, Duration::from_secs(10))
+                        .unwrap();
+                    buf[..n].to_vec()
+                })
+                .collect::<Vec<_>>()
+        });
+        let mut at = 0;
+        while at < refs.len() {
+            let k = p
+                .client
+                .send_messages(&refs[at..(at + 3000).min(refs.len())])
+                .unwrap();
+            assert!(k > 0);
+            at += k;
+        }
+        r.join().unwrap()
+    });
+    assert!(reader == msgs, "messages arrived damaged or out of order");
+    assert_eq!(p.client.send_messages(&[]).unwrap(), 0);
+}
