@@ -21,8 +21,9 @@
 //! `retries` counts them.
 //!
 //! It then holds the connections idle for `--hold` seconds (default 5), sending nothing (with
-//! `--trickle MS`, file mode only: one byte on every connection every MS milliseconds, for
-//! listeners that drop connections idle for a second, such as libsrt 1.5's `srt-tunnel`),
+//! `--trickle MS`, file mode only: one byte on every connection every MS milliseconds from
+//! its set-up on, for listeners that drop connections idle for a second, such as libsrt 1.5's
+//! `srt-tunnel`),
 //! prints a second line, `{"held_s":..,"alive":..,"closed":..,"closed_reasons":{..}}` (the
 //! connections that ended by themselves while held), and closes them all.
 
@@ -33,8 +34,8 @@ use std::collections::BTreeMap;
 use std::io::{ErrorKind, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Endpoint connection limit beyond the connections requested (as `bench conns`).
@@ -161,7 +162,14 @@ fn run(a: &Args) -> Result<(), String> {
     let retries = AtomicUsize::new(0);
     let span = Mutex::new((None::<Instant>, None::<Instant>));
     let errors = Mutex::new(BTreeMap::new());
-    let conns: Mutex<Vec<Connection>> = Mutex::new(Vec::with_capacity(a.n));
+    let conns: Arc<Mutex<Vec<Arc<Connection>>>> = Arc::new(Mutex::new(Vec::with_capacity(a.n)));
+    let stop = Arc::new(AtomicBool::new(false));
+    // The trickle starts with the first connection: a listener that drops connections idle
+    // for a second would otherwise lose them while the others are still being set up.
+    let trickler = a.trickle.map(|every| {
+        let (conns, stop) = (Arc::clone(&conns), Arc::clone(&stop));
+        std::thread::spawn(move || trickle(&conns, &stop, every))
+    });
     let base = ConnConfig::new(a.mode);
     std::thread::scope(|s| {
         for t in 0..a.connectors {
@@ -197,7 +205,10 @@ fn run(a: &Args) -> Result<(), String> {
                         g.1 = Some(g.1.map_or(end, |l| l.max(end)));
                     }
                     match r {
-                        Ok(c) => conns.lock().unwrap_or_else(|e| e.into_inner()).push(c),
+                        Ok(c) => conns
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push(Arc::new(c)),
                         Err(e) => bump(&errors, e.to_string()),
                     }
                 })
@@ -206,14 +217,16 @@ fn run(a: &Args) -> Result<(), String> {
         }
         Ok::<(), String>(())
     })?;
-    let conns = conns.into_inner().unwrap_or_else(|e| e.into_inner());
+    let snapshot =
+        |m: &Mutex<Vec<Arc<Connection>>>| m.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let conns_now = snapshot(&conns);
     let errors = errors.into_inner().unwrap_or_else(|e| e.into_inner());
     let (first, last) = span.into_inner().unwrap_or_else(|e| e.into_inner());
     let setup_s = match (first, last) {
         (Some(f), Some(l)) => l.duration_since(f).as_secs_f64(),
         _ => 0.0,
     };
-    let established = conns.len();
+    let established = conns_now.len();
     say(&serde_json::json!({
         "n": a.n,
         "established": established,
@@ -226,20 +239,12 @@ fn run(a: &Args) -> Result<(), String> {
         "errors": errors,
     }));
 
-    let until = Instant::now() + a.hold;
-    match a.trickle {
-        None => std::thread::sleep(a.hold),
-        Some(every) => {
-            let mut next = Instant::now();
-            while next < until {
-                for c in &conns {
-                    let _ = c.send(&[0]);
-                }
-                next += every;
-                std::thread::sleep(next.min(until).saturating_duration_since(Instant::now()));
-            }
-        }
+    std::thread::sleep(a.hold);
+    stop.store(true, Ordering::Relaxed);
+    if let Some(t) = trickler {
+        let _ = t.join();
     }
+    let conns = snapshot(&conns);
     let mut closed = BTreeMap::<String, usize>::new();
     for c in &conns {
         match c.state() {
@@ -273,6 +278,25 @@ fn run(a: &Args) -> Result<(), String> {
     drop(conns);
     drop(ep);
     Ok(())
+}
+
+/// Sends one byte on every connection every `every` until `stop`.
+fn trickle(conns: &Mutex<Vec<Arc<Connection>>>, stop: &AtomicBool, every: Duration) {
+    let mut next = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        let now = Instant::now();
+        if now < next {
+            std::thread::sleep((next - now).min(Duration::from_millis(20)));
+            continue;
+        }
+        let list = conns.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        for c in &list {
+            if matches!(c.state(), Ok(State::Connected)) {
+                let _ = c.send(&[0]);
+            }
+        }
+        next += every;
+    }
 }
 
 fn main() -> ExitCode {
