@@ -19,7 +19,7 @@
 #   per tunnel. As shipped in libsrt 1.5.1 it cannot hold idle callers: it sets a 1 s receive
 #   timeout on its listening socket after the first accept, every later accepted socket
 #   inherits it, and its reader treats the timeout as an error and closes the tunnel. Its
-#   callers therefore send one byte per connection every 500 ms (--trickle 500), so its CPU
+#   callers therefore send one byte per connection every 250 ms (--trickle, TRICKLE), so its CPU
 #   is not idle CPU. Its listen backlog is hardcoded to 5: refused callers are retried
 #   (--retries 50, counted in "retries"). Its memory excludes the kernel's TCP socket buffers
 #   and the holder's (holder_rss_per_conn_kib).
@@ -36,6 +36,7 @@ LISTENERS=${LISTENERS:-libsrt tunnel slipstream}
 CONNECTORS=${CONNECTORS:-64}
 SETTLE=${SETTLE:-1}
 IDLE=${IDLE:-3}
+TRICKLE=${TRICKLE:-250}
 TICK=$(getconf CLK_TCK)
 # Connections need a descriptor each in srt-tunnel and in the TCP holder.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
@@ -82,6 +83,7 @@ measure() {
     [ "$hpid" = 0 ] || hbase=$(rss_kib "$hpid")
     local hold
     hold=$(python3 -c "print($SETTLE + $IDLE + 2)")
+    : >"$out"
     "$CALLERS" "127.0.0.1:$port" "$N" file --connectors "$CONNECTORS" --hold "$hold" "$@" \
         >"$out" 2>"$WORK/$name.err" &
     local cpid=$!
@@ -118,6 +120,7 @@ r = {
     "retries": first["retries"],
     "errors": first["errors"],
     "alive_after_idle": held.get("alive"),
+    "closed_reasons": held.get("closed_reasons"),
     "rss_base_mib": round(base / 1024, 1),
     "rss_mib": round(rss1 / 1024, 1),
     "threads": int(a[9]),
@@ -208,7 +211,7 @@ EOF
         tpid=$!
         PIDS+=("$tpid")
         echo "conns-libsrt: srt-tunnel, $N callers" >&2
-        echo "srt_tunnel $(measure srt_tunnel "$tpid" "$port" "$hpid" --retries 50 --trickle 500)" >>"$RESULTS"
+        echo "srt_tunnel $(measure srt_tunnel "$tpid" "$port" "$hpid" --retries 50 --trickle "$TRICKLE")" >>"$RESULTS"
         kill "$tpid" "$hpid"
         ;;
     slipstream)
