@@ -401,13 +401,21 @@ impl Endpoint {
     fn touch(&mut self, i: usize) {
         let id = self.conns[i].local_id();
         let s = &mut self.sched[i];
-        if !s.dirty {
-            s.dirty = true;
-            self.dirty.push(id);
-        }
         if !s.sending {
             s.sending = true;
             self.sendq.push_back(id);
+        }
+        self.touch_sent(i);
+    }
+
+    /// Connection `i` has been polled for a datagram: its deadline may have moved, and it
+    /// may have an event (its end) for the application.
+    fn touch_sent(&mut self, i: usize) {
+        let id = self.conns[i].local_id();
+        let s = &mut self.sched[i];
+        if !s.dirty {
+            s.dirty = true;
+            self.dirty.push(id);
         }
         if !s.eventful {
             s.eventful = true;
@@ -771,26 +779,13 @@ impl Endpoint {
                     payload,
                 )
             });
-            // Sending moves timers and may end the connection (an event).
-            let s = &mut self.sched[i];
-            if !s.dirty {
-                s.dirty = true;
-                self.dirty.push(id);
-            }
-            if !s.eventful {
-                s.eventful = true;
-                self.eventq.push_back(id);
-            }
-            if !s.woken {
-                s.woken = true;
-                self.woken.push(id);
-            }
+            self.touch_sent(i);
             if out.is_some() {
                 self.sendq.push_back(id);
                 self.stats.datagrams_out += 1;
                 return out;
             }
-            s.sending = false;
+            self.sched[i].sending = false;
         }
         None
     }
