@@ -364,9 +364,16 @@ fn non_srt_options(uri: &Uri) -> Result<(), String> {
 /// Drops the kernel counted for the UDP socket bound to `port` (`/proc/net/udp`, `udp6`):
 /// datagrams that arrived while its receive buffer was full.
 fn udp_kernel_drops(port: u16) -> Option<u64> {
+    udp_kernel_drops_in("/proc/net", port)
+}
+
+/// [`udp_kernel_drops`] from the tables under `proc_net` (`/proc/thread-self/net` for the
+/// network namespace of the calling thread, which `/proc/net` is not: it follows the
+/// process's first thread).
+pub(crate) fn udp_kernel_drops_in(proc_net: &str, port: u16) -> Option<u64> {
     let mut total = None;
-    for table in ["/proc/net/udp", "/proc/net/udp6"] {
-        let Ok(text) = std::fs::read_to_string(table) else {
+    for table in ["udp", "udp6"].map(|t| format!("{proc_net}/{t}")) {
+        let Ok(text) = std::fs::read_to_string(&table) else {
             continue;
         };
         for line in text.lines().skip(1) {

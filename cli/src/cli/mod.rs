@@ -7,7 +7,7 @@
 
 mod caps;
 mod demo;
-mod live;
+pub(crate) mod live;
 mod netem;
 mod serve;
 mod tree;
