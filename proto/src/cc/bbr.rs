@@ -39,9 +39,11 @@
 //!   kept off the CPU past its pacing credit). A report whose packets went out with the
 //!   sender that far behind for at least [`SENDER_LIMITED_SHARE`] of their time, and that
 //!   came with no loss reported since the last ACK (loss shows a full path), measures the
-//!   sender: outside Startup it may raise the estimate, never lower it. Otherwise a sender
+//!   sender: it may raise the estimate, never lower it, in Startup too. Otherwise a sender
 //!   that kept missing its pacing times (a busy two-core machine) sent less than it was paced
-//!   for, the reports followed, and the estimate ratcheted down slot by slot.
+//!   for, the reports followed, and the estimate ratcheted down slot by slot. A report that
+//!   covers none of the packets whose send times are recorded (a sender that managed one to
+//!   three packets since the last report) is judged by the lag since the previous ACK.
 //! - Rounds are counted in time: one round lasts `max(min_rtt, SYN interval)`. The cumulative
 //!   ACK is no good round marker under loss for the same reason as above. A ProbeBW phase (and
 //!   a filter slot) lasts a round, but at least [`PHASE_MIN_SYNS`] SYN intervals (20 ms), so
@@ -83,7 +85,9 @@
 //!   whatever the sender had reached. A round with a sender-limited report does not count
 //!   towards the plateau unless the sender still sent 25 % faster than packets arrived:
 //!   over loopback the first rounds are the sender's own (page faults, its reader's first
-//!   chunks), and Startup ended in them at half the rate the path carried.
+//!   chunks), and Startup ended in them at half the rate the path carried. Nor does a round
+//!   in which the sender was behind for [`STARVED_SHARE`] (half) of the time or more,
+//!   whatever its reports: the few packets it sent say nothing of the path.
 //! - *Drain*: pacing gain `1 / 2.89`, window gain 2.89, until the packets in flight fall to the
 //!   estimated BDP (plus the ACK allowance below), or two rate reports in a row fall below
 //!   [`DRAIN_EMPTY`] (0.8) of the estimate (the queue is empty: arrivals follow Drain's rate;
@@ -101,7 +105,10 @@
 //!   than a flow with a large share, which moves flows towards equal shares. Where a phase is
 //!   longer than a round (round trips under two SYN intervals) the gains' distance from 1 is
 //!   scaled by round / phase, so that a probe still adds a quarter BDP to the queue, not half
-//!   of one (at 10 ms: 1.125 and 0.875 for 20 ms each).
+//!   of one (at 10 ms: 1.125 and 0.875 for 20 ms each). A probe sends at least
+//!   [`PROBE_MIN_PKTS`] packets more than the estimate over its phase, and goes on until it
+//!   has sent that many (or had the time to send one more at the estimate's pace): a flow of
+//!   a few packets a phase could not see a quarter more in its reports, and never climbed.
 //! - *ProbeRTT*: when `min_rtt` has not been refreshed for 10 s, the window drops to half the
 //!   estimated BDP ([`PROBE_RTT_CWND_GAIN`], as BBR v2; v1's four packets idle a long fat path
 //!   for the whole probe) for `max(200 ms, one round)` so that queues drain and the RTT can be
@@ -234,6 +241,13 @@ const ACK_SLACK_PKTS: f64 = 64.0;
 /// A 1.25 probe that raised the estimate by this share of what it asked for (a quarter, or
 /// less where phases are longer than rounds) is followed by another one at once.
 pub const PROBE_AGAIN_SHARE: f64 = 0.5;
+/// A 1.25 probe sends at least this many packets more than the estimate over a phase, and
+/// goes on until it has sent this many. A flow of a few packets a phase cannot measure a
+/// probe of a quarter more: at 5 packets a second a 20 ms phase holds no packet, the rate
+/// reports cover one packet each, and the estimate never rises (one of 100 connections
+/// over loopback, squeezed at the start, kept 5 a second for good while the others had
+/// the rest).
+pub const PROBE_MIN_PKTS: f64 = 3.0;
 /// Smallest sending period in µs (effectively unpaced).
 pub const MIN_PERIOD_US: f64 = 1.0;
 /// Largest sending period in µs (one packet per second).
@@ -261,6 +275,9 @@ const MAX_SEND_TIMES: usize = 8192;
 /// A rate report is sender-limited when the packets it covers went out with the sender
 /// behind its pacing (no data, or off the CPU past its credit) for this share of their time.
 pub const SENDER_LIMITED_SHARE: f64 = 1.0 / 16.0;
+/// A round in which the sender was behind its pacing for this share of the time or more
+/// does not count towards Startup's plateau, whatever its reports.
+pub const STARVED_SHARE: f64 = 0.5;
 /// Largest bandwidth sample accepted, packets/s (keeps products finite and meaningful).
 const MAX_BW_PPS: f64 = 1e9;
 
@@ -309,6 +326,8 @@ pub struct Bbr {
     probe_base_bw: f64,
     /// Start of the current phase, µs.
     cycle_start_us: u64,
+    /// `pkts_sent` when the current phase began.
+    cycle_start_pkts: u64,
     /// Round at which Drain started.
     drain_start_round: u64,
     /// End of ProbeRTT, µs.
@@ -341,8 +360,12 @@ pub struct Bbr {
     /// Send time and `send_lag_us` of the newest packet a report covered, for the next
     /// report's [`Bbr::sender_limited`] check.
     report_mark: Option<(u64, u64)>,
+    /// Time and `send_lag_us` at the previous ACK.
+    ack_mark: Option<(u64, u64)>,
     /// A sender-limited report came in the current round.
     round_limited: bool,
+    /// `send_lag_us` at the start of the current round.
+    round_lag_base: u64,
     /// `pkts_lost` at the previous ACK.
     lost_at_ack: u64,
     /// `min_rtt_us` comes from our own samples.
@@ -385,6 +408,7 @@ impl Default for Bbr {
             cycle_idx: 0,
             probe_base_bw: 0.0,
             cycle_start_us: 0,
+            cycle_start_pkts: 0,
             drain_start_round: 0,
             probe_rtt_done_us: 0,
             cwnd: INITIAL_CWND,
@@ -399,7 +423,9 @@ impl Default for Bbr {
             timeout_until_us: None,
             send_times: VecDeque::new(),
             report_mark: None,
+            ack_mark: None,
             round_limited: false,
+            round_lag_base: 0,
             lost_at_ack: 0,
             own_rtt: false,
             engine_min_rtt_us: 0.0,
@@ -539,6 +565,39 @@ impl Bbr {
         self.round_len_us(ctx).max(PHASE_MIN_SYNS * syn_us(ctx))
     }
 
+    /// Whether the current ProbeBW phase is over: it has lasted a phase length, and a probe
+    /// has also sent [`PROBE_MIN_PKTS`] packets, or lasted as long as the estimate takes to
+    /// send one more than that (the first of them still goes out at the pace before).
+    fn phase_over(&self, ctx: &CcContext) -> bool {
+        let elapsed = ctx.now_us.saturating_sub(self.cycle_start_us) as f64;
+        let len = self.phase_len_us(ctx);
+        if elapsed < len {
+            return false;
+        }
+        if self.pacing_gain() <= 1.0 {
+            return true;
+        }
+        let sent = ctx.pkts_sent.saturating_sub(self.cycle_start_pkts) as f64;
+        let bw = self.bw_eff(ctx);
+        let longest = if bw > 0.0 {
+            (PROBE_MIN_PKTS + 1.0) * 1e6 / bw
+        } else {
+            len
+        };
+        sent >= PROBE_MIN_PKTS || elapsed >= longest
+    }
+
+    /// The pacing rate, packets/s, for `gain` times `bw`: a probe adds at least
+    /// [`PROBE_MIN_PKTS`] packets over a phase.
+    fn pacing_rate(&self, ctx: &CcContext, gain: f64, bw: f64) -> f64 {
+        let rate = gain * bw;
+        if self.state == BbrState::ProbeBw && gain > 1.0 {
+            rate.max(bw + PROBE_MIN_PKTS * 1e6 / self.phase_len_us(ctx))
+        } else {
+            rate
+        }
+    }
+
     /// Opens a new bandwidth-filter slot for every phase length elapsed.
     fn advance_bw_slots(&mut self, ctx: &CcContext) {
         let now = ctx.now_us;
@@ -630,9 +689,19 @@ impl Bbr {
     /// ACK interval, so the gap after its newest packet (until the first packet not yet
     /// covered is sent, or until now) counts too: a sender off the CPU then left that part
     /// of the interval without arrivals.
+    ///
+    /// A report that covers no recorded packet (a sender that managed one to three packets
+    /// since the last) is judged over the time since the previous ACK: over loopback, with
+    /// 100 connections starting at once, senders off the CPU for a second sent a packet or
+    /// two per report, and every one of those reports counted as the path's.
     fn sender_limited(&mut self, ctx: &CcContext, newest: Option<(u64, u64)>) -> bool {
+        let since_ack = self.ack_mark.replace((ctx.now_us, ctx.send_lag_us));
         let Some(mark) = newest else {
-            return false;
+            return since_ack.is_some_and(|(at0, lag0)| {
+                let span = ctx.now_us.saturating_sub(at0) as f64;
+                span > 0.0
+                    && ctx.send_lag_us.saturating_sub(lag0) as f64 >= SENDER_LIMITED_SHARE * span
+            });
         };
         let (end, end_lag) = match self.send_times.front() {
             Some(&(_, at, lag)) => (at, lag),
@@ -717,8 +786,16 @@ impl Bbr {
         // no growth because of the sender, unless it still sent faster than the path
         // delivered (BBR skips application-limited rounds too). Over loopback the first rounds
         // are the sender's: it starts with its page faults and its reader's first chunks.
-        let sender_bound = std::mem::take(&mut self.round_limited)
-            && !self.sent_faster(ctx, FULL_BW_GROWTH, self.latest_bw.0);
+        // A sender behind for most of the round sent too little to show anything: over
+        // loopback with 100 connections starting at once, some were off the CPU for a
+        // second and a half, sent a packet or two a round, and those read as twice what
+        // arrived (so the exception held) and ended Startup at a few packets a second.
+        let lag = ctx.send_lag_us.saturating_sub(self.round_lag_base) as f64;
+        self.round_lag_base = ctx.send_lag_us;
+        let starved = lag >= STARVED_SHARE * elapsed;
+        let limited = std::mem::take(&mut self.round_limited);
+        let sender_bound =
+            starved || (limited && !self.sent_faster(ctx, FULL_BW_GROWTH, self.latest_bw.0));
         if !self.filled_pipe && bw > 0.0 && !sender_bound {
             if bw >= self.full_bw * FULL_BW_GROWTH {
                 self.full_bw = bw;
@@ -804,6 +881,7 @@ impl Bbr {
         let r = (unit_from_seq(ctx.last_sent_seq) * 7.0) as usize;
         self.cycle_idx = if r >= 1 { (r + 1).min(7) } else { 0 };
         self.cycle_start_us = ctx.now_us;
+        self.cycle_start_pkts = ctx.pkts_sent;
         self.probe_base_bw = self.btl_bw_pps();
     }
 
@@ -819,7 +897,7 @@ impl Bbr {
             }
             BbrState::Drain => {}
             BbrState::ProbeBw => {
-                if now.saturating_sub(self.cycle_start_us) as f64 >= self.phase_len_us(ctx) {
+                if self.phase_over(ctx) {
                     self.cycle_idx = (self.cycle_idx + 1) % GAIN_CYCLE.len();
                     if self.cycle_idx == 3 && self.probe_paid_off() {
                         // The probe found bandwidth: probe again rather than cruise on.
@@ -829,6 +907,7 @@ impl Bbr {
                         self.probe_base_bw = self.btl_bw_pps();
                     }
                     self.cycle_start_us = now;
+                    self.cycle_start_pkts = ctx.pkts_sent;
                 }
             }
             BbrState::ProbeRtt => {
@@ -893,7 +972,7 @@ impl Bbr {
             self.pacing_gain()
         };
         let period = if bw > 0.0 {
-            1e6 / (gain * bw) * PROBE_PAIR_FACTOR
+            1e6 / self.pacing_rate(ctx, gain, bw) * PROBE_PAIR_FACTOR
         } else {
             MIN_PERIOD_US
         };
@@ -927,6 +1006,7 @@ impl CongestionControl for Bbr {
             slot_start_us: Some(ctx.now_us),
             min_rtt_stamp_us: ctx.now_us,
             round_sent_base: ctx.pkts_sent,
+            round_lag_base: ctx.send_lag_us,
             round_lost_base: ctx.pkts_lost,
             ..Bbr::default()
         };
@@ -1018,24 +1098,30 @@ impl CongestionControl for Bbr {
             // paced for, the reports followed, the filter's older slots expired, and the
             // estimate ratcheted down with every slot (in simulation, off the CPU 8 ms in
             // every 16 ms on a 0 ms path: 42 % of the link).
-            // In Startup every report counts (its rate grows every round) but those on an
-            // application's trickle: a transfer that opened with a few bytes and then waited
-            // took the rate of that one packet as its start, and ended Startup at a
-            // hundredth of a 1 Gbit/s link.
+            // So in Startup: its rate grows every round, and a higher report counts whatever
+            // the sender's lag, but a lower one on a late sender would take the estimate down
+            // as the filter's slots expire (over loopback, 100 connections starting at once:
+            // some were off the CPU for a second and a half, and left Startup at 7 packets a
+            // second). Reports on an application's trickle do not count in Startup at all: a
+            // transfer that opened with a few bytes and then waited took the rate of that one
+            // packet as its start, and ended Startup at a hundredth of a 1 Gbit/s link.
             let trickle = trickle && self.state == BbrState::Startup;
-            if !trickle
-                && (!limited || self.state == BbrState::Startup || sample >= self.btl_bw_pps())
-            {
+            let counts = !limited || sample >= self.btl_bw_pps();
+            if !trickle && counts {
                 let slot = &mut self.bw_slots[self.bw_idx];
                 *slot = slot.max(sample);
             }
-            // The highest sample of a period that restarts once it is a round old.
+            // The highest sample of a period that restarts once it is a round old: what the
+            // path just delivered, so not what a late sender sent.
             let (best, since) = self.latest_bw;
-            self.latest_bw = if (ctx.now_us.saturating_sub(since) as f64) > self.round_len_us(ctx) {
-                (sample, ctx.now_us)
-            } else {
-                (best.max(sample), since)
-            };
+            if counts {
+                self.latest_bw =
+                    if (ctx.now_us.saturating_sub(since) as f64) > self.round_len_us(ctx) {
+                        (sample, ctx.now_us)
+                    } else {
+                        (best.max(sample), since)
+                    };
+            }
         }
         let sample = newest.map(|(at, _)| ctx.now_us.saturating_sub(at) as f64);
         self.update_min_rtt(ctx, sample);
@@ -1517,6 +1603,48 @@ mod tests {
             sent_then_acked(&mut cc, &mut ctl, &mut c, 60, 0, 6_000);
         }
         assert_eq!(cc.btl_bw_pps(), 6_000.0);
+    }
+
+    #[test]
+    fn startup_keeps_its_estimate_while_the_sender_is_off_the_cpu() {
+        let (mut cc, mut ctl) = started(&ctx(0));
+        let mut c = ctx(0);
+        sent_then_acked(&mut cc, &mut ctl, &mut c, 100, 0, 10_000);
+        // A second off the CPU: a packet now and then, reports of 100 packets/s on them
+        // (mostly no recorded send time among them).
+        for _ in 0..100 {
+            sent_then_acked(&mut cc, &mut ctl, &mut c, 1, 10_000, 100);
+        }
+        assert_eq!(cc.state(), BbrState::Startup);
+        assert_eq!(cc.btl_bw_pps(), 10_000.0);
+    }
+
+    #[test]
+    fn a_probe_adds_packets_a_sparse_flow_can_see() {
+        let (mut cc, mut ctl, mut c) = in_probe_bw(10_000);
+        // The path narrows to 20 packets/s and the estimate follows it.
+        for _ in 0..100 {
+            sent_then_acked(&mut cc, &mut ctl, &mut c, 1, 0, 20);
+        }
+        assert!(cc.btl_bw_pps() <= 25.0, "{}", cc.btl_bw_pps());
+        // A probe paces three packets a phase (a 40 ms round) faster, not a quarter more.
+        cc.state = BbrState::ProbeBw;
+        cc.cycle_idx = 0;
+        cc.apply(&c, &mut ctl);
+        let rate = 1e6 / ctl.send_period_us * PROBE_PAIR_FACTOR;
+        let more = PROBE_MIN_PKTS * 1e6 / cc.phase_len_us(&c);
+        assert!(
+            (rate - cc.btl_bw_pps() - more).abs() < 1e-6,
+            "{rate:.1} packets/s"
+        );
+        assert!(rate > 2.0 * cc.btl_bw_pps(), "{rate:.1} packets/s");
+        // And it lasts until it has sent them.
+        cc.cycle_start_us = c.now_us;
+        cc.cycle_start_pkts = c.pkts_sent;
+        c.now_us += cc.phase_len_us(&c) as u64 + 1_000;
+        assert!(!cc.phase_over(&c));
+        c.pkts_sent += 3;
+        assert!(cc.phase_over(&c));
     }
 
     #[test]
