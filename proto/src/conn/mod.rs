@@ -200,6 +200,13 @@ pub struct Connection {
     /// Time the sender was due to send and did not, µs ([`CcContext::send_lag_us`]).
     send_lag_us: u64,
     max_loss_seen: SeqNo,
+    /// The furthest point the peer has acknowledged.
+    peer_ack: SeqNo,
+    /// Live mode: the message number and end of the last messages this end dropped, while
+    /// the peer has not acknowledged past them (their drop request may have been lost).
+    dropped_to: Option<(u32, SeqNo)>,
+    /// When the last drop request was queued, µs.
+    dropreq_at_us: u64,
     peer_window: u32,
     /// The first sequence number beyond the receiver's buffer as its last full ACK advertised
     /// it (that ACK's point plus its free packets); `None` before the first.
@@ -377,6 +384,9 @@ impl Connection {
             next_send_us: 0.0,
             send_lag_us: 0,
             max_loss_seen: isn,
+            peer_ack: isn,
+            dropped_to: None,
+            dropreq_at_us: 0,
             peer_window: 8192,
             peer_edge: None,
             peer_recv_rate_pps: 0,
@@ -484,6 +494,7 @@ impl Connection {
         self.sbuf = SendBuffer::new(self.payload_size, snd_init, snd_max, snd_isn);
         self.rbuf = RecvBuffer::new(recv_slot_size(self.mss), rcv_init, rcv_max, rcv_isn);
         self.set_pressure(self.pressure.clone());
+        self.peer_ack = snd_isn;
         self.rcv_ack = rcv_isn;
         self.rcv_max = rcv_isn;
         self.drop_upto = rcv_isn;
@@ -651,6 +662,9 @@ impl Connection {
                 if let Some(d) = self.window_probe_deadline_us() {
                     t = t.min(d);
                 }
+                if let Some(d) = self.dropreq_retry_deadline_us() {
+                    t = t.min(d);
+                }
                 if !self.rcv_loss.is_empty() && self.cfg.nak_report {
                     t = t.min(self.next_nak_tick);
                 }
@@ -700,6 +714,9 @@ impl Connection {
                 }
                 if self.window_probe_deadline_us().is_some_and(|d| now_us >= d) {
                     self.window_probe = true;
+                }
+                if self.dropreq_retry_deadline_us().is_some_and(|d| now_us >= d) {
+                    self.retry_dropreq(now_us);
                 }
                 if now_us >= self.last_send_us + KEEPALIVE_US {
                     self.pending.keepalive = true;
@@ -1358,6 +1375,7 @@ impl Connection {
             }
         }
         if let Some((msg_no, first, last)) = self.pending.dropreq.take() {
+            self.dropreq_at_us = now_us;
             return self.emit_ctrl(
                 now_us,
                 ControlBody::DropReq {

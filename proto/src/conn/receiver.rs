@@ -354,19 +354,34 @@ impl Connection {
 
     pub(super) fn on_dropreq(&mut self, _now_us: u64, first: SeqNo, last: SeqNo) {
         // A byte stream cannot skip data; only message and live mode honour drop requests.
-        if self.cfg.mode == Mode::File || last.lt(first) || self.rcv_max.lt(first) {
+        // A request may run past the last packet received (the sender gave up a tail that
+        // never arrived: nothing after it told this end it existed), never past the buffer.
+        let end = last.next();
+        let edge = self.rbuf.read_seq().add(self.rbuf.cap() as u32);
+        if self.cfg.mode == Mode::File
+            || last.lt(first)
+            || self.rcv_max.lt(first)
+            || edge.lt(end)
+        {
             self.stats.ctrl_ignored += 1;
             return;
         }
         self.rcv_loss.remove_range(first, last);
-        let end = last.next();
+        if self.rcv_max.lt(end) {
+            self.rcv_max = end;
+        }
         if self.drop_upto.lt(end) {
             self.drop_upto = end;
         }
         if self.snd_drop_upto.lt(end) {
             self.snd_drop_upto = end;
         }
+        let before = self.rcv_ack;
         self.advance_ack();
+        if before != self.rcv_ack {
+            // The sender repeats its request until an acknowledgement passes it.
+            self.pending.full_ack = true;
+        }
     }
 
     // ---- message and live delivery ----

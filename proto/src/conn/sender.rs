@@ -300,6 +300,12 @@ impl Connection {
             self.stats.ctrl_ignored += 1;
             return;
         }
+        if self.peer_ack.lt(a.ack_seq) {
+            self.peer_ack = a.ack_seq;
+        }
+        if self.dropped_to.is_some_and(|(_, end)| !self.peer_ack.lt(end)) {
+            self.dropped_to = None;
+        }
         let (pkts, bytes) = self.sbuf.ack(a.ack_seq);
         self.acked_for_rate.0 += u64::from(pkts);
         self.acked_for_rate.1 += bytes;
@@ -451,7 +457,29 @@ impl Connection {
             Some((_, f, _)) => (msg.get(), f, last),
             None => (msg.get(), first, last),
         });
+        self.dropped_to = Some((msg.get(), last.next()));
         true
+    }
+
+    /// Live mode: when to ask again for the drop of what this end gave up, a round trip
+    /// (with its variance, at least two ACK periods) after the last request, while the peer
+    /// has not acknowledged past it. A lost request for a tail that never arrived leaves the
+    /// receiver nothing to find the hole by: it would never count those packets.
+    pub(super) fn dropreq_retry_deadline_us(&self) -> Option<u64> {
+        let (_, end) = self.dropped_to?;
+        (self.pending.dropreq.is_none() && self.peer_ack.lt(end)).then(|| {
+            let wait = (self.srtt_us + 4 * self.rttvar_us).max(2 * SYN_INTERVAL_US);
+            self.dropreq_at_us + wait
+        })
+    }
+
+    /// Live mode: asks again for the drop of everything from the peer's acknowledgement to
+    /// the end of what this end dropped.
+    pub(super) fn retry_dropreq(&mut self, now_us: u64) {
+        if let Some((msg, end)) = self.dropped_to {
+            self.pending.dropreq = Some((msg, self.peer_ack, end.sub(1)));
+            self.dropreq_at_us = now_us;
+        }
     }
 
     /// Live mode, sender: packets older than the latency allows are useless to the receiver.
