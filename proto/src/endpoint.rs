@@ -450,7 +450,12 @@ impl Endpoint {
             let c = &self.conns[i];
             let s = &mut self.sched[i];
             s.dirty = false;
-            let d = c.poll_timeout();
+            // A connection waiting its turn to send is polled then: its pacing needs no timer.
+            let d = if s.sending {
+                c.poll_timeout_queued()
+            } else {
+                c.poll_timeout()
+            };
             if d != s.deadline {
                 s.deadline = d;
                 if let Some(t) = d {
@@ -686,7 +691,12 @@ impl Endpoint {
             }
             self.sched[i].deadline = None;
             let c = &mut self.conns[i];
-            if c.poll_timeout().is_some_and(|d| d <= now) {
+            let due = if self.sched[i].sending {
+                c.poll_timeout_queued()
+            } else {
+                c.poll_timeout()
+            };
+            if due.is_some_and(|d| d <= now) {
                 c.handle_timeout(now);
                 self.stats.timers += 1;
             }

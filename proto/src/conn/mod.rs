@@ -639,6 +639,19 @@ impl Connection {
 
     /// Next time `handle_timeout` must be called.
     pub fn poll_timeout(&self) -> Option<Instant> {
+        self.deadline(true)
+    }
+
+    /// Like [`Connection::poll_timeout`], without the time the next packet may go: for a
+    /// connection whose endpoint polls it for packets in its turn anyway. An endpoint that
+    /// kept that deadline too re-armed the timer of every backlogged connection whose turn
+    /// had not come yet, each time it sent a batch: with a thousand of them, most of its
+    /// time went to timers.
+    pub fn poll_timeout_queued(&self) -> Option<Instant> {
+        self.deadline(false)
+    }
+
+    fn deadline(&self, pacing: bool) -> Option<Instant> {
         let us = match self.state {
             State::Closed(_) => return None,
             State::Connecting => self.hs.next_retry_us.min(self.hs.deadline_us),
@@ -676,7 +689,7 @@ impl Connection {
                         t = t.min(d);
                     }
                 }
-                if self.has_data_to_send() {
+                if pacing && self.has_data_to_send() {
                     let due = self.next_send_us - sender::PACING_QUANTUM_US;
                     t = t.min(due.max(0.0).ceil() as u64);
                 }
