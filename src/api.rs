@@ -482,7 +482,7 @@ impl Connection {
         };
         g.handles += 1;
         g.conds
-            .insert(id, runtime::ConnWaiters { cond, waiting: 0 });
+            .insert(id, runtime::ConnWaiters::new(cond));
         Ok(conn)
     }
 
@@ -574,12 +574,21 @@ impl Connection {
         if let Some(e) = io_failed(&g) {
             return Err(e);
         }
+        let count = |w: &mut runtime::ConnWaiters, up: bool| {
+            let step = |n: &mut usize| *n = if up { *n + 1 } else { *n - 1 };
+            step(&mut w.waiting);
+            match kind {
+                Wait::Read | Wait::Message => step(&mut w.reading),
+                Wait::Write => step(&mut w.writing),
+                Wait::Any | Wait::Timer => {}
+            }
+        };
         if let Some(w) = g.conds.get_mut(&self.id) {
-            w.waiting += 1;
+            count(w, true);
         }
         let mut g = self.shared.wait_on(&self.cond, g, slice, kind);
         if let Some(w) = g.conds.get_mut(&self.id) {
-            w.waiting -= 1;
+            count(w, false);
         }
         Ok(g)
     }
@@ -925,6 +934,9 @@ impl Connection {
                         .min(WAIT_SLICE),
                     Wait::Timer,
                 ),
+                // A message reader is woken by a whole message (or the end), a live one
+                // by any arrival: it may set an earlier play time to sleep until.
+                None if c.config().mode() == Mode::Message => (WAIT_SLICE, Wait::Message),
                 None => (WAIT_SLICE, Wait::Any),
             };
             match r {

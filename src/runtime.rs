@@ -25,7 +25,7 @@
 use crate::datapath::{
     Datapath, DatapathStats, RxBatch, RxSplit, Tx, TxGather, Waker, MAX_UDP_PAYLOAD, SPLIT_HEAD,
 };
-use slipstream_proto::conn::Event;
+use slipstream_proto::conn::{Connection, Event, State as ConnState};
 use slipstream_proto::endpoint::{ConnId, Endpoint, PayloadRef};
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -132,6 +132,39 @@ pub(crate) struct ConnWaiters {
     pub cond: Arc<Condvar>,
     /// Threads waiting on it.
     pub waiting: usize,
+    /// Of those, stream or message readers (woken only when the connection has something
+    /// to read or has ended).
+    pub reading: usize,
+    /// Of those, writers (woken only when a quarter of the send buffer is free or the
+    /// connection has ended).
+    pub writing: usize,
+}
+
+impl ConnWaiters {
+    /// A connection handle's entry, no thread waiting yet.
+    pub fn new(cond: Arc<Condvar>) -> Self {
+        ConnWaiters {
+            cond,
+            waiting: 0,
+            reading: 0,
+            writing: 0,
+        }
+    }
+
+    /// Whether a change to `conn` (gone when `None`) concerns a thread waiting here: one
+    /// waiting for anything, a reader with something to read, a writer with room. A
+    /// connection acknowledging data it receives is changed a hundred times a second;
+    /// waking its reader each time cost a thousand readers the I/O thread's time.
+    pub fn concerned(&self, conn: Option<&Connection>, now: Instant) -> bool {
+        let Some(c) = conn else {
+            return self.waiting > 0;
+        };
+        let ended = c.state() != ConnState::Connected;
+        self.waiting > self.reading + self.writing
+            || (self.reading > 0 && (ended || c.is_readable(now)))
+            || (self.writing > 0
+                && (ended || c.send_buffer_free() * 4 >= c.send_buffer_capacity().max(1)))
+    }
 }
 
 /// Bumped and notified by the I/O threads of an endpoint's shards whenever they queue an
@@ -207,7 +240,7 @@ impl Shared {
             Wait::Read => g.readers += 1,
             Wait::Write => g.writers += 1,
             Wait::Timer => g.timers += 1,
-            Wait::Any => {}
+            Wait::Any | Wait::Message => {}
         }
         let (mut g, _) = cond
             .wait_timeout(g, timeout)
@@ -217,7 +250,7 @@ impl Shared {
             Wait::Read => g.readers -= 1,
             Wait::Write => g.writers -= 1,
             Wait::Timer => g.timers -= 1,
-            Wait::Any => {}
+            Wait::Any | Wait::Message => {}
         }
         g
     }
@@ -232,6 +265,9 @@ pub enum Wait {
     Write,
     /// Anything (events, messages, state changes).
     Any,
+    /// A whole message to read: woken like [`Wait::Any`] by any progress of the endpoint,
+    /// but only if its own connection has a message (or has ended).
+    Message,
     /// Its own timeout, or an event (a live reader whose next message is complete and
     /// waits for its play time: later arrivals change nothing for it).
     Timer,
@@ -280,6 +316,7 @@ pub(crate) fn spawn(
         split: Split::default(),
         drain_until: None,
         wake: Vec::new(),
+        woken: Vec::new(),
     };
     let handle = std::thread::Builder::new()
         .name("slipstream-io".into())
@@ -291,6 +328,8 @@ struct IoLoop {
     dp: Box<dyn Datapath>,
     /// Connection condition variables to notify once the lock is released.
     wake: Vec<Arc<Condvar>>,
+    /// The connections changed since the last notification (reused).
+    woken: Vec<ConnId>,
     shared: Arc<Shared>,
     /// Outgoing datagrams, packed back to back so that runs can go out as one GSO send.
     tx_buf: Vec<u8>,
@@ -653,9 +692,12 @@ impl IoLoop {
             if notify {
                 // The threads of the connections something happened to.
                 let st = &mut *g;
-                for id in st.ep.drain_woken() {
+                self.woken.extend(st.ep.drain_woken());
+                for id in self.woken.drain(..) {
                     if let Some(w) = st.conds.get(&id).filter(|w| w.waiting > 0) {
-                        self.wake.push(w.cond.clone());
+                        if w.concerned(st.ep.peek(id), now) {
+                            self.wake.push(w.cond.clone());
+                        }
                     }
                 }
             }

@@ -511,6 +511,12 @@ impl Endpoint {
         self.conns.get_mut(i)
     }
 
+    /// Connection `id`, to look at (unlike [`Endpoint::conn`], this marks nothing as
+    /// changed: a runtime uses it to decide whom a change concerns).
+    pub fn peek(&self, id: ConnId) -> Option<&Connection> {
+        self.conns.get(*self.index.get(&id.0)?)
+    }
+
     /// Whether a connection's send buffer has had at least a quarter of its capacity free
     /// since the last call (a runtime wakes blocked stream writers then).
     pub fn take_writable(&mut self) -> bool {
