@@ -32,6 +32,8 @@ const WAIT_SLICE: Duration = Duration::from_millis(100);
 /// (libsrt's receivers delivered 6-11 ms past the latency in the same runs, see
 /// docs/benchmarks.md); 0.5 ms cost 35 % more CPU at 20 Mbit/s.
 const LIVE_SLACK: Duration = Duration::from_millis(2);
+/// Most messages one [`Connection::recv_messages`] call takes (a bound on the lock's hold).
+const RECV_BATCH: usize = 1024;
 
 /// Settings of an [`Endpoint`].
 #[derive(Debug, Clone)]
@@ -481,8 +483,7 @@ impl Connection {
             peer_latency: c.peer_latency(),
         };
         g.handles += 1;
-        g.conds
-            .insert(id, runtime::ConnWaiters::new(cond));
+        g.conds.insert(id, runtime::ConnWaiters::new(cond));
         Ok(conn)
     }
 
@@ -889,6 +890,46 @@ impl Connection {
     /// peer closed cleanly and nothing is left.
     pub fn recv_message(&self, buf: &mut [u8]) -> io::Result<usize> {
         self.recv_message_until(buf, None)
+    }
+
+    /// Message mode: reads whole messages into `buf` one after another, waiting for the
+    /// first, and sets `lens` to their lengths: as many as are complete and fit (at most
+    /// 1,024), taken under one lock, so that a reader of small messages pays for the lock
+    /// and the wake-up once a batch, not once a message. Returns how many; `Ok(0)` means
+    /// the peer closed cleanly and nothing is left. Live mode reads one message at a time
+    /// ([`Connection::recv_message`]): each has its own play time.
+    pub fn recv_messages(&self, buf: &mut [u8], lens: &mut Vec<usize>) -> io::Result<usize> {
+        lens.clear();
+        if self.mode != Mode::Message {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "recv_messages reads message mode; use recv_message in live mode",
+            ));
+        }
+        let first = self.recv_message(buf)?;
+        if first == 0 {
+            return Ok(0);
+        }
+        lens.push(first);
+        let mut off = first;
+        let mut g = self.shared.lock();
+        let mut ack = false;
+        if let Some(c) = g.ep.conn(self.id) {
+            let now = Instant::now();
+            while lens.len() < RECV_BATCH && off < buf.len() {
+                match c.recv_message(now, &mut buf[off..]) {
+                    Ok(n) if n > 0 => {
+                        lens.push(n);
+                        off += n;
+                        ack |= c.ack_pending();
+                    }
+                    _ => break,
+                }
+            }
+        }
+        drop(g);
+        self.read_done(ack);
+        Ok(lens.len())
     }
 
     /// Like [`Connection::recv_message`] but gives up after `timeout` (`TimedOut`).

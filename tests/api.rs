@@ -745,3 +745,51 @@ fn send_messages_queues_a_batch_in_order() {
     assert!(reader == msgs, "messages arrived damaged or out of order");
     assert_eq!(p.client.send_messages(&[]).unwrap(), 0);
 }
+
+/// Messages read a batch at a time arrive whole and in order, however the batches fall;
+/// the end reads as 0, and live mode is refused.
+#[test]
+fn recv_messages_reads_batches_in_order() {
+    let p = pair(Mode::Message, EndpointOptions::default());
+    let msgs: Vec<Vec<u8>> = (0..20_000u32)
+        .map(|k| k.to_be_bytes().repeat(1 + (k % 16) as usize))
+        .collect();
+    let refs: Vec<&[u8]> = msgs.iter().map(Vec::as_slice).collect();
+    let (got, batches) = std::thread::scope(|s| {
+        let r = s.spawn(|| {
+            // Room for a few of the longest (64 bytes): batches are cut by the buffer.
+            let mut buf = [0u8; 200];
+            let (mut lens, mut got, mut batches) = (Vec::new(), Vec::new(), 0);
+            loop {
+                let k = p.server.recv_messages(&mut buf, &mut lens).unwrap();
+                if k == 0 {
+                    return (got, batches);
+                }
+                assert_eq!(k, lens.len());
+                batches += 1;
+                let mut at = 0;
+                for &n in &lens {
+                    got.push(buf[at..at + n].to_vec());
+                    at += n;
+                }
+            }
+        });
+        let mut at = 0;
+        while at < refs.len() {
+            at += p.client.send_messages(&refs[at..]).unwrap();
+        }
+        p.client.close().unwrap();
+        r.join().unwrap()
+    });
+    assert!(
+        got == msgs,
+        "messages arrived damaged, out of order or not at all"
+    );
+    assert!(batches < msgs.len(), "every read took one message");
+    let live = pair(Mode::Live, EndpointOptions::default());
+    let err = live
+        .server
+        .recv_messages(&mut [0u8; 64], &mut Vec::new())
+        .unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+}

@@ -197,14 +197,18 @@ impl Conns {
         }
     }
 
+    /// Reads messages a batch at a time ([`Connection::recv_messages`]).
     fn receive_messages(&self, id: usize, c: &Connection) -> Result<(), String> {
-        let mut buf = vec![0; self.size];
+        let mut buf = vec![0; (self.size * MSG_BATCH as usize).max(self.size)];
+        let mut lens = Vec::with_capacity(MSG_BATCH as usize);
         loop {
-            let n = c.recv_message(&mut buf).map_err(|e| e.to_string())?;
-            if n == 0 {
+            let k = c
+                .recv_messages(&mut buf, &mut lens)
+                .map_err(|e| e.to_string())?;
+            if k == 0 {
                 return Err("the peer ended the connection".into());
             }
-            self.count(id, n, 1);
+            self.count(id, lens.iter().sum(), k as u64);
         }
     }
 
