@@ -4,8 +4,8 @@
 mod common;
 use common::*;
 use slipstream_proto::conn::{ConnConfig, ConnStats, Mode};
-use slipstream_proto::sim::Pair;
 use slipstream_proto::seq::SeqNo;
+use slipstream_proto::sim::Pair;
 use slipstream_proto::wire::{Control, ControlBody};
 use std::time::Duration;
 

@@ -728,7 +728,10 @@ impl Connection {
                 if self.window_probe_deadline_us().is_some_and(|d| now_us >= d) {
                     self.window_probe = true;
                 }
-                if self.dropreq_retry_deadline_us().is_some_and(|d| now_us >= d) {
+                if self
+                    .dropreq_retry_deadline_us()
+                    .is_some_and(|d| now_us >= d)
+                {
                     self.retry_dropreq(now_us);
                 }
                 if now_us >= self.last_send_us + KEEPALIVE_US {

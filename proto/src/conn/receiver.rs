@@ -358,11 +358,7 @@ impl Connection {
         // never arrived: nothing after it told this end it existed), never past the buffer.
         let end = last.next();
         let edge = self.rbuf.read_seq().add(self.rbuf.cap() as u32);
-        if self.cfg.mode == Mode::File
-            || last.lt(first)
-            || self.rcv_max.lt(first)
-            || edge.lt(end)
-        {
+        if self.cfg.mode == Mode::File || last.lt(first) || self.rcv_max.lt(first) || edge.lt(end) {
             self.stats.ctrl_ignored += 1;
             return;
         }

@@ -303,7 +303,10 @@ impl Connection {
         if self.peer_ack.lt(a.ack_seq) {
             self.peer_ack = a.ack_seq;
         }
-        if self.dropped_to.is_some_and(|(_, end)| !self.peer_ack.lt(end)) {
+        if self
+            .dropped_to
+            .is_some_and(|(_, end)| !self.peer_ack.lt(end))
+        {
             self.dropped_to = None;
         }
         let (pkts, bytes) = self.sbuf.ack(a.ack_seq);
