@@ -19,6 +19,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -464,6 +465,8 @@ pub struct Connection {
     verdict: bool,
     latency: Duration,
     peer_latency: Duration,
+    /// Operations fail with `WouldBlock` instead of waiting.
+    nonblocking: AtomicBool,
 }
 
 impl Connection {
@@ -481,6 +484,7 @@ impl Connection {
             verdict: c.verdict_agreed(),
             latency: c.latency(),
             peer_latency: c.peer_latency(),
+            nonblocking: AtomicBool::new(false),
         };
         g.handles += 1;
         g.conds.insert(id, runtime::ConnWaiters::new(cond));
@@ -495,6 +499,23 @@ impl Connection {
         let mut g = self.shared.lock();
         let c = g.ep.conn(self.id).ok_or_else(gone)?;
         Ok(f(c, Instant::now()))
+    }
+
+    /// The state its I/O thread shares (for the poller).
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// The engine's id of the connection.
+    pub(crate) fn id(&self) -> ConnId {
+        self.id
+    }
+
+    /// With `true`, operations that would wait (for data, for room, for a message) fail
+    /// with `WouldBlock` instead; a [`crate::Poller`] says when to try again. Its `add`
+    /// sets this.
+    pub fn set_nonblocking(&self, on: bool) {
+        self.nonblocking.store(on, Ordering::Relaxed);
     }
 
     /// The peer's UDP address.
@@ -574,6 +595,9 @@ impl Connection {
     ) -> io::Result<MutexGuard<'a, State>> {
         if let Some(e) = io_failed(&g) {
             return Err(e);
+        }
+        if self.nonblocking.load(Ordering::Relaxed) {
+            return Err(io::Error::from(io::ErrorKind::WouldBlock));
         }
         let count = |w: &mut runtime::ConnWaiters, up: bool| {
             let step = |n: &mut usize| *n = if up { *n + 1 } else { *n - 1 };
@@ -1132,7 +1156,9 @@ impl Drop for Connection {
             }
         }
         g.to_remove.push(self.id);
-        g.conds.remove(&self.id);
+        if g.conds.remove(&self.id).is_some_and(|w| w.poll.is_some()) {
+            g.polled -= 1;
+        }
         g.handles -= 1;
         drop(g);
         self.shared.wake_io();

@@ -22,6 +22,7 @@ pub mod datapath;
 pub mod dgram;
 #[cfg(target_os = "linux")]
 pub mod netem;
+pub mod poll;
 mod runtime;
 mod sys;
 #[cfg(target_os = "linux")]
@@ -35,6 +36,7 @@ pub mod tree;
 pub mod verdict;
 
 pub use api::{Connection, Endpoint, EndpointOptions};
+pub use poll::{Interest, Poller};
 pub use slipstream_proto as proto;
 pub use slipstream_proto::conn::{
     CloseReason, ConnConfig, ConnStats, Mode, SendTap, SharedBytes, StreamRead,

@@ -120,6 +120,8 @@ pub(crate) struct State {
     /// of the endpoint (a thousand connections each with a reader would wake a thousand
     /// threads per event).
     pub conds: HashMap<ConnId, ConnWaiters>,
+    /// Connection handles registered with a [`crate::poll::Poller`].
+    pub polled: usize,
 }
 
 /// A connection handle's condition variable and how many threads wait on it now (changed
@@ -138,6 +140,90 @@ pub(crate) struct ConnWaiters {
     /// Of those, writers (woken only when a quarter of the send buffer is free or the
     /// connection has ended).
     pub writing: usize,
+    /// The poller the handle is registered with, if any.
+    pub poll: Option<PollReg>,
+}
+
+/// A connection handle's registration with a poller.
+#[derive(Debug)]
+pub(crate) struct PollReg {
+    /// Where it is reported.
+    pub set: Arc<PollSet>,
+    /// The application's name for it.
+    pub token: u64,
+    /// Reported for something to read.
+    pub read: bool,
+    /// Reported for room to write.
+    pub write: bool,
+    /// Reported and not yet taken by the poller (it is reported once until then).
+    pub flag: Arc<AtomicBool>,
+}
+
+impl PollReg {
+    /// Whether a change to `conn` (gone when `None`) is worth reporting: it ended, has
+    /// something to read or room to write, as registered.
+    fn concerned(&self, conn: Option<&Connection>, now: Instant) -> bool {
+        let Some(c) = conn else {
+            return true;
+        };
+        c.state() != ConnState::Connected
+            || (self.read && c.is_readable(now))
+            || (self.write && c.send_buffer_free() * 4 >= c.send_buffer_capacity().max(1))
+    }
+}
+
+/// Where the I/O threads report the connections registered with a poller, and what the
+/// poller waits on.
+#[derive(Debug, Default)]
+pub(crate) struct PollSet {
+    state: Mutex<PollState>,
+    cond: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct PollState {
+    ready: Vec<(u64, Arc<AtomicBool>)>,
+    waiting: usize,
+}
+
+impl PollSet {
+    fn lock(&self) -> MutexGuard<'_, PollState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Reports `token` unless it is reported and not yet taken. Returns whether a thread
+    /// waits for it (the caller notifies [`PollSet::cond`] after unlocking its own lock).
+    pub fn report(&self, token: u64, flag: &Arc<AtomicBool>) -> bool {
+        if flag.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        let mut s = self.lock();
+        s.ready.push((token, flag.clone()));
+        s.waiting > 0
+    }
+
+    /// Wakes the threads waiting in [`PollSet::take`].
+    pub fn notify(&self) {
+        self.cond.notify_all();
+    }
+
+    /// Moves the reported tokens into `out`, waiting at most `timeout` for one.
+    pub fn take(&self, out: &mut Vec<u64>, timeout: Duration) {
+        let mut s = self.lock();
+        if s.ready.is_empty() && !timeout.is_zero() {
+            s.waiting += 1;
+            s = self
+                .cond
+                .wait_timeout_while(s, timeout, |s| s.ready.is_empty())
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+            s.waiting -= 1;
+        }
+        for (token, flag) in s.ready.drain(..) {
+            flag.store(false, Ordering::Release);
+            out.push(token);
+        }
+    }
 }
 
 impl ConnWaiters {
@@ -148,6 +234,7 @@ impl ConnWaiters {
             waiting: 0,
             reading: 0,
             writing: 0,
+            poll: None,
         }
     }
 
@@ -297,6 +384,7 @@ pub(crate) fn spawn(
             io_done: None,
             dp_stats: DatapathStats::default(),
             conds: HashMap::new(),
+            polled: 0,
         }),
         cond: Condvar::new(),
         io_sleeping: AtomicBool::new(false),
@@ -317,6 +405,7 @@ pub(crate) fn spawn(
         drain_until: None,
         wake: Vec::new(),
         woken: Vec::new(),
+        poll_wake: Vec::new(),
     };
     let handle = std::thread::Builder::new()
         .name("slipstream-io".into())
@@ -330,6 +419,8 @@ struct IoLoop {
     wake: Vec<Arc<Condvar>>,
     /// The connections changed since the last notification (reused).
     woken: Vec<ConnId>,
+    /// Pollers with a waiting thread that something was reported to.
+    poll_wake: Vec<Arc<PollSet>>,
     shared: Arc<Shared>,
     /// Outgoing datagrams, packed back to back so that runs can go out as one GSO send.
     tx_buf: Vec<u8>,
@@ -682,21 +773,33 @@ impl IoLoop {
             let idle = timeout != Some(Duration::ZERO);
             let others = g.waiters.saturating_sub(g.readers + g.writers + g.timers);
             let read_due = self.unnotified_since.map(|t| t + READ_NOTIFY_DELAY);
-            let notify = g.waiters > 0
+            // Pollers are told of any progress, like waiters for anything: telling one costs
+            // at most one notification a loop, however many connections it reports.
+            let notify = (g.waiters > 0 || g.polled > 0)
                 && (events
-                    || (others > 0 && (n > 0 || fired || (idle && self.since_notify > 0)))
+                    || ((others > 0 || g.polled > 0)
+                        && (n > 0 || fired || (idle && self.since_notify > 0)))
                     || (g.readers > 0
                         && (self.since_notify >= NOTIFY_DATAGRAMS
                             || read_due.is_some_and(|d| d <= now)))
-                    || (g.writers > 0 && g.ep.take_writable()));
+                    || ((g.writers > 0 || g.polled > 0) && g.ep.take_writable()));
             if notify {
-                // The threads of the connections something happened to.
+                // The threads of the connections something happened to, and their pollers.
                 let st = &mut *g;
                 self.woken.extend(st.ep.drain_woken());
                 for id in self.woken.drain(..) {
-                    if let Some(w) = st.conds.get(&id).filter(|w| w.waiting > 0) {
-                        if w.concerned(st.ep.peek(id), now) {
-                            self.wake.push(w.cond.clone());
+                    let Some(w) = st.conds.get(&id) else {
+                        continue;
+                    };
+                    let conn = st.ep.peek(id);
+                    if w.waiting > 0 && w.concerned(conn, now) {
+                        self.wake.push(w.cond.clone());
+                    }
+                    if let Some(p) = w.poll.as_ref().filter(|p| p.concerned(conn, now)) {
+                        if p.set.report(p.token, &p.flag)
+                            && !self.poll_wake.iter().any(|s| Arc::ptr_eq(s, &p.set))
+                        {
+                            self.poll_wake.push(p.set.clone());
                         }
                     }
                 }
@@ -718,6 +821,9 @@ impl IoLoop {
                 shared.cond.notify_all();
                 for c in self.wake.drain(..) {
                     c.notify_all();
+                }
+                for p in self.poll_wake.drain(..) {
+                    p.notify();
                 }
             }
 

@@ -104,6 +104,11 @@ pub struct ConnsArgs {
     /// library's for the mode].
     #[arg(long, value_name = "NAME")]
     cc: Option<String>,
+    /// Load threads per side, each serving its share of the connections through a poller
+    /// (`slipstream::Poller`) [default: one per I/O thread]; 0 runs a thread per connection
+    /// making blocking calls.
+    #[arg(long, value_name = "W")]
+    workers: Option<usize>,
     /// Print each connection's statistics (both sides) to stderr when the load ends:
     /// pacing period, round trip, packets in flight, losses, buffers.
     #[arg(long)]
@@ -137,6 +142,8 @@ pub struct PeerArgs {
     copy: bool,
     #[arg(long)]
     conn_stats: bool,
+    #[arg(long)]
+    workers: usize,
 }
 
 /// Runs `bench conns`.
@@ -166,6 +173,7 @@ pub fn run(a: &ConnsArgs) -> Result<(), String> {
         return Err("--size must be 1 to 16 MiB".into());
     }
     let connectors = a.connectors.unwrap_or(CONNECTORS).clamp(1, a.n);
+    let workers = a.workers.unwrap_or(a.threads);
 
     let exe = std::env::current_exe().map_err(|e| format!("finding this program: {e}"))?;
     let mut args: Vec<String> = ["bench", "conns-server", "--n", &a.n.to_string()]
@@ -183,6 +191,8 @@ pub fn run(a: &ConnsArgs) -> Result<(), String> {
             &connectors.to_string(),
             "--datapath",
             &a.datapath,
+            "--workers",
+            &workers.to_string(),
         ]
         .map(String::from),
     );
@@ -262,6 +272,7 @@ pub fn run(a: &ConnsArgs) -> Result<(), String> {
         secs,
         idle,
         connectors,
+        workers,
     };
     let seen = report::Seen {
         server_ready: s_ready,

@@ -8,14 +8,15 @@
 //! on purpose): found closed when sampled, or an error (or the end of the stream) in a send or
 //! a receive.
 //!
-//! The load patterns run one thread per connection on each side (small stacks): the API's
-//! calls block, and a stream send has no timeout, so a thread serving several connections
-//! would stall all of them behind the first whose buffer is full.
+//! The load patterns run on a few threads on each side, each serving its share of the
+//! connections through a [`Poller`] (one per I/O thread by default, `--workers`), or on a
+//! thread per connection (`--workers 0`, small stacks) making blocking calls.
 
 use super::ipc::{self, Accepted, Cmd, Connected, Measured, Ready, Sample, Started, Stopped};
 use super::{Pattern, PeerArgs};
 use crate::bench::dgram::process_cpu;
 use slipstream::api::{Connection, Endpoint, EndpointOptions};
+use slipstream::{Interest, Poller};
 use slipstream_proto::conn::{ConnConfig, Mode, SharedBytes, State};
 use std::collections::BTreeMap;
 use std::io::BufRead;
@@ -35,6 +36,10 @@ const RECV_PAGES: usize = 16;
 /// Messages offered per `send_messages` call (one hold of the lock, one wake-up of the
 /// I/O thread).
 pub(super) const MSG_BATCH: u64 = 64;
+/// Longest wait of a poller thread before it looks at the stop flag.
+const POLL_SLICE: Duration = Duration::from_millis(50);
+/// What [`Conns::step`] fails with where a polled connection would have waited.
+const WOULD_BLOCK: &str = "would block";
 /// Endpoint connection limit beyond the connections requested.
 const SPARE_CONNS: usize = 16;
 
@@ -50,10 +55,12 @@ struct Conns {
     size: usize,
     /// Streams copy in and out instead of sharing chunks and taking pages (--copy).
     copy: bool,
+    /// Poller threads serving the connections; 0 for a thread per connection.
+    workers: usize,
 }
 
 impl Conns {
-    fn new(n: usize, size: usize, copy: bool) -> Conns {
+    fn new(n: usize, size: usize, copy: bool, workers: usize) -> Conns {
         Conns {
             list: Mutex::new(Vec::with_capacity(n)),
             lost: Mutex::new(BTreeMap::new()),
@@ -62,6 +69,7 @@ impl Conns {
             stop: AtomicBool::new(false),
             size,
             copy,
+            workers,
         }
     }
 
@@ -131,9 +139,13 @@ impl Conns {
         }
     }
 
-    /// Starts the pattern's thread per connection.
+    /// Starts the pattern: a thread per connection, or `workers` threads each serving its
+    /// share of the connections through a [`Poller`].
     fn start(self: &Arc<Self>, pattern: Pattern, server: bool) -> Result<Started, String> {
         let list = self.list();
+        if pattern == Pattern::Idle {
+            return Ok(Started { threads: 0 });
+        }
         // What every sender sends: one message, or for a stream one chunk shared by all
         // connections (queued without copying), or a smaller buffer copied in (--copy).
         let chunk = match list.first() {
@@ -144,18 +156,29 @@ impl Conns {
             _ => self.size,
         };
         let data: SharedBytes = Arc::new(vec![0xa5u8; chunk]);
+        let job = Job {
+            pattern,
+            server,
+            data,
+        };
+        if self.workers > 0 {
+            return self.start_polled(job, list);
+        }
         for (k, (id, c)) in list.iter().enumerate() {
-            let (id, c, me, data) = (*id, c.clone(), self.clone(), data.clone());
+            let (id, c, me, job) = (*id, c.clone(), self.clone(), job.clone());
             std::thread::Builder::new()
                 .name(format!("conn-{id}"))
                 .stack_size(WORKER_STACK)
                 .spawn(move || {
-                    let r = match (pattern, server) {
-                        (Pattern::Idle, _) => Ok(()),
-                        (Pattern::Bulk, true) => me.receive_stream(id, &c),
-                        (Pattern::Messages, true) => me.receive_messages(id, &c),
-                        (Pattern::Bulk, false) => me.send_stream(id, &c, &data),
-                        (Pattern::Messages, false) => me.send_messages(id, &c, (*data).as_ref()),
+                    let mut io = Io::new(me.size);
+                    // Each call waits for its data or room; a sender checks for the stop.
+                    let r = loop {
+                        if !server && me.stop.load(Ordering::Relaxed) {
+                            break Ok(());
+                        }
+                        if let Err(why) = me.step(&job, id, &c, &mut io) {
+                            break Err(why);
+                        }
                     };
                     if let Err(why) = r {
                         if !me.stop.load(Ordering::Relaxed) {
@@ -175,64 +198,149 @@ impl Conns {
         })
     }
 
-    /// Reads the stream: whole pages of the receive buffer taken out and given back (as the
-    /// file receiver does), or copied out (--copy).
-    fn receive_stream(&self, id: usize, c: &Connection) -> Result<(), String> {
-        let mut buf = vec![0; STREAM_CHUNK];
-        let mut pages = Vec::with_capacity(RECV_PAGES);
-        let mut spares = Vec::with_capacity(RECV_PAGES);
-        loop {
-            let n = if self.copy {
-                c.recv(&mut buf)
-            } else {
-                c.recv_pages(&mut buf, &mut spares, &mut pages, RECV_PAGES)
+    /// `workers` threads, each with a poller and every `workers`-th connection: a report
+    /// means "go on until it would block".
+    fn start_polled(
+        self: &Arc<Self>,
+        job: Job,
+        list: Vec<(usize, Arc<Connection>)>,
+    ) -> Result<Started, String> {
+        let w = self.workers.min(list.len()).max(1);
+        let interest = if job.server {
+            Interest::READ
+        } else {
+            Interest::WRITE
+        };
+        for k in 0..w {
+            let mine: Vec<(usize, Arc<Connection>)> =
+                list.iter().skip(k).step_by(w).cloned().collect();
+            let poller = Poller::new();
+            for (slot, (_, c)) in mine.iter().enumerate() {
+                poller
+                    .add(c, slot as u64, interest)
+                    .map_err(|e| format!("registering a connection with a poller: {e}"))?;
             }
-            .map_err(|e| e.to_string())?;
-            let paged: usize = pages.iter().map(|p| p.1).sum();
-            if n + paged == 0 {
-                return Err("the peer ended the connection".into());
-            }
-            spares.extend(pages.drain(..).map(|p| p.0));
-            self.count(id, n + paged, 0);
+            let (me, job) = (self.clone(), job.clone());
+            std::thread::Builder::new()
+                .name(format!("poll-{k}"))
+                .stack_size(CONNECTOR_STACK)
+                .spawn(move || {
+                    let mut io = Io::new(me.size);
+                    let (mut ready, mut dead) = (Vec::new(), vec![false; mine.len()]);
+                    while !me.stop.load(Ordering::Relaxed) {
+                        ready.clear();
+                        poller.wait(&mut ready, POLL_SLICE);
+                        for &t in &ready {
+                            let slot = t as usize;
+                            let Some((id, c)) = mine.get(slot).filter(|_| !dead[slot]) else {
+                                continue;
+                            };
+                            loop {
+                                match me.step(&job, *id, c, &mut io) {
+                                    Ok(()) => {}
+                                    Err(why) if why == WOULD_BLOCK => break,
+                                    Err(why) => {
+                                        dead[slot] = true;
+                                        poller.remove(c);
+                                        if !me.stop.load(Ordering::Relaxed) {
+                                            me.lose(*id, why);
+                                        }
+                                        break;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                })
+                .map_err(|e| format!("starting poller thread {k} of {w}: {e}"))?;
         }
+        Ok(Started { threads: w })
     }
 
-    /// Reads messages a batch at a time ([`Connection::recv_messages`]).
-    fn receive_messages(&self, id: usize, c: &Connection) -> Result<(), String> {
-        let mut buf = vec![0; (self.size * MSG_BATCH as usize).max(self.size)];
-        let mut lens = Vec::with_capacity(MSG_BATCH as usize);
-        loop {
-            let k = c
-                .recv_messages(&mut buf, &mut lens)
-                .map_err(|e| e.to_string())?;
-            if k == 0 {
-                return Err("the peer ended the connection".into());
+    /// One call of the pattern on connection `id`: a receive (whole pages of the receive
+    /// buffer taken out and given back, as the file receiver does, or copied out with
+    /// --copy; a batch of messages) or a send (the shared chunk, queued without copying,
+    /// or copied in with --copy; a batch of messages). Fails with [`WOULD_BLOCK`] where a
+    /// polled connection would have waited.
+    fn step(&self, job: &Job, id: usize, c: &Connection, io: &mut Io) -> Result<(), String> {
+        let err = |e: std::io::Error| match e.kind() {
+            std::io::ErrorKind::WouldBlock => WOULD_BLOCK.to_string(),
+            _ => e.to_string(),
+        };
+        let ended = || Err("the peer ended the connection".to_string());
+        match (job.pattern, job.server) {
+            (Pattern::Idle, _) => Ok(()),
+            (Pattern::Bulk, true) => {
+                let n = if self.copy {
+                    c.recv(&mut io.buf)
+                } else {
+                    c.recv_pages(&mut io.buf, &mut io.spares, &mut io.pages, RECV_PAGES)
+                }
+                .map_err(err)?;
+                let paged: usize = io.pages.iter().map(|p| p.1).sum();
+                io.spares.extend(io.pages.drain(..).map(|p| p.0));
+                if n + paged == 0 {
+                    return ended();
+                }
+                self.count(id, n + paged, 0);
+                Ok(())
             }
-            self.count(id, lens.iter().sum(), k as u64);
+            (Pattern::Messages, true) => {
+                let k = c.recv_messages(&mut io.buf, &mut io.lens).map_err(err)?;
+                if k == 0 {
+                    return ended();
+                }
+                self.count(id, io.lens.iter().sum(), k as u64);
+                Ok(())
+            }
+            (Pattern::Bulk, false) => {
+                let data = &job.data;
+                let len = (**data).as_ref().len();
+                let n = if self.copy {
+                    c.send((**data).as_ref())
+                } else {
+                    c.send_shared(data, 0..len).map(|()| len)
+                }
+                .map_err(err)?;
+                self.count(id, n, 0);
+                Ok(())
+            }
+            (Pattern::Messages, false) => {
+                let msg: &[u8] = (*job.data).as_ref();
+                let batch = [msg; MSG_BATCH as usize];
+                let k = c.send_messages(&batch).map_err(err)?;
+                self.count(id, msg.len() * k, k as u64);
+                Ok(())
+            }
         }
     }
+}
 
-    fn send_stream(&self, id: usize, c: &Connection, data: &SharedBytes) -> Result<(), String> {
-        let len = (**data).as_ref().len();
-        while !self.stop.load(Ordering::Relaxed) {
-            let n = if self.copy {
-                c.send((**data).as_ref())
-            } else {
-                c.send_shared(data, 0..len).map(|()| len)
-            }
-            .map_err(|e| e.to_string())?;
-            self.count(id, n, 0);
-        }
-        Ok(())
-    }
+/// What the load threads do.
+#[derive(Clone)]
+struct Job {
+    pattern: Pattern,
+    server: bool,
+    /// The stream chunk or the message every sender sends.
+    data: SharedBytes,
+}
 
-    fn send_messages(&self, id: usize, c: &Connection, msg: &[u8]) -> Result<(), String> {
-        let batch = [msg; MSG_BATCH as usize];
-        while !self.stop.load(Ordering::Relaxed) {
-            let k = c.send_messages(&batch).map_err(|e| e.to_string())?;
-            self.count(id, msg.len() * k, k as u64);
+/// A load thread's buffers.
+struct Io {
+    buf: Vec<u8>,
+    pages: Vec<(Vec<u8>, usize)>,
+    spares: Vec<Vec<u8>>,
+    lens: Vec<usize>,
+}
+
+impl Io {
+    fn new(size: usize) -> Io {
+        Io {
+            buf: vec![0; STREAM_CHUNK.max(size * MSG_BATCH as usize)],
+            pages: Vec::with_capacity(RECV_PAGES),
+            spares: Vec::with_capacity(RECV_PAGES),
+            lens: Vec::with_capacity(MSG_BATCH as usize),
         }
-        Ok(())
     }
 }
 
@@ -290,7 +398,7 @@ pub fn run_server(a: &PeerArgs) -> Result<(), String> {
     ep.listen(config(a))
         .map_err(|e| fail(format!("listen: {e}")))?;
     let ep = Arc::new(ep);
-    let conns = Arc::new(Conns::new(a.n, a.size, a.copy));
+    let conns = Arc::new(Conns::new(a.n, a.size, a.copy, a.workers));
     let times: Arc<AcceptTimes> = Default::default();
     {
         let (ep, conns, times, n) = (ep.clone(), conns.clone(), times.clone(), a.n);
@@ -382,7 +490,7 @@ pub fn run_client(a: &PeerArgs) -> Result<(), String> {
         .ok_or_else(|| fail("conns-client needs --addr".into()))?;
     let (ep, ready) = bind(a).map_err(fail)?;
     ipc::say(&ready)?;
-    let conns = Arc::new(Conns::new(a.n, a.size, a.copy));
+    let conns = Arc::new(Conns::new(a.n, a.size, a.copy, a.workers));
     let mut t0 = (0.0, 0.0);
     serve(|cmd| match cmd {
         Cmd::Connect => ipc::say(&connect_all(&ep, server, &conns, a)?),

@@ -16,6 +16,8 @@ pub struct Plan {
     pub idle: f64,
     /// Connector threads of the client.
     pub connectors: usize,
+    /// Poller threads per side (0: a thread per connection).
+    pub workers: usize,
 }
 
 /// What the children reported, in order.
@@ -38,6 +40,9 @@ pub struct Report {
     pattern: &'static str,
     /// I/O threads per endpoint (`EndpointOptions::set_threads`).
     threads: usize,
+    /// Load threads per side serving the connections through pollers; 0: a thread per
+    /// connection.
+    workers: usize,
     connectors: usize,
     datapath: String,
     /// Bulk streams copied in and out (--copy) rather than zero-copy.
@@ -152,6 +157,7 @@ impl Report {
             n: a.n,
             pattern: a.pattern.name(),
             threads: a.threads,
+            workers: plan.workers,
             connectors: plan.connectors,
             datapath: seen.server_ready.datapath.clone(),
             cc: a.cc.clone(),
