@@ -239,7 +239,8 @@ impl Endpoint {
                 .set_memory_budget(Some(budget))
                 .set_shard(k as u32, n as u32)
                 .set_seed(seed.wrapping_add(k as u64))
-                .set_registry(opts.registry.clone());
+                .set_registry(opts.registry.clone())
+                .set_receive_queue(dp.receive_queue_bytes());
             let ep = slipstream_proto::endpoint::Endpoint::new(cfg, Instant::now());
             let (shared, thread) = runtime::spawn(dp, ep, 1500, accepts.clone())?;
             shards.push(Shard {

@@ -33,6 +33,7 @@ use crate::cc::CcRegistry;
 use crate::conn::handshake::{peer_ip_field, srt_flags, HS_EXT_CONFIG, HS_EXT_HSREQ, SRT_VERSION};
 use crate::conn::{Accepted, ConnConfig, Connection, Event, Mode, Pressure, OWNED_PAYLOAD_MIN};
 use crate::seq::SeqNo;
+use crate::share::RxShare;
 use crate::wire::{
     Control, ControlBody, DataHeader, Handshake, HsExtensions, HsType, Packet, RejectReason,
     SlipstreamExt, SrtFlags, SrtHs, HEADER_LEN, HS_VERSION_SRT5, MAX_DATAGRAM, SRT_MAGIC,
@@ -86,6 +87,7 @@ pub struct EndpointConfig {
     max_connections: usize,
     shard: (u32, u32),
     memory_budget: Option<usize>,
+    receive_queue: Option<usize>,
     seed: u64,
     registry: CcRegistry,
 }
@@ -96,6 +98,7 @@ impl Default for EndpointConfig {
             max_connections: 1024,
             shard: (0, 1),
             memory_budget: None,
+            receive_queue: None,
             seed: 0x5eed,
             registry: CcRegistry::default(),
         }
@@ -121,6 +124,14 @@ impl EndpointConfig {
     /// The memory budget.
     pub fn memory_budget(&self) -> Option<usize> {
         self.memory_budget
+    }
+    /// Bytes the kernel queues for the endpoint's socket before it drops arrivals: the
+    /// flow windows advertised to the connections receiving data stay, together, within
+    /// it (see [`crate::share`]). Default: unknown (each connection's own buffer bounds
+    /// its window).
+    pub fn set_receive_queue(&mut self, bytes: Option<usize>) -> &mut Self {
+        self.receive_queue = bytes;
+        self
     }
     /// This endpoint is shard `index` of `count` sharing one address (one socket and I/O
     /// thread each): its socket ids are `index` modulo `count`, which is how datagrams are
@@ -258,11 +269,15 @@ struct Sched {
     slot: usize,
     /// Its buffers' memory, as counted in [`Endpoint::held`].
     mem: usize,
+    /// The last [`RxShare`] window it received data in.
+    rx_epoch: u32,
 }
 
 /// Many connections on one socket. See the module docs for the calling protocol.
 #[derive(Debug)]
 pub struct Endpoint {
+    /// Shares of the socket's receive queue among the connections receiving.
+    rx_share: RxShare,
     cfg: EndpointConfig,
     start: Instant,
     conns: Vec<Connection>,
@@ -305,6 +320,7 @@ impl Endpoint {
     pub fn new(cfg: EndpointConfig, now: Instant) -> Self {
         let mut rng = SmallRng::seed_from_u64(cfg.seed);
         let secret = (rng.gen(), rng.gen());
+        let rx_queue = cfg.receive_queue;
         Endpoint {
             cfg,
             start: now,
@@ -319,6 +335,7 @@ impl Endpoint {
             writable: false,
             held: 0,
             pressure: Pressure::default(),
+            rx_share: RxShare::new(rx_queue),
 
             index: HashMap::new(),
             by_peer: HashMap::new(),
@@ -607,6 +624,9 @@ impl Endpoint {
         let Some(i) = self.conn_for(dst, remote) else {
             return;
         };
+        if let Packet::Data(..) = pkt {
+            self.share_window(now, i);
+        }
         let c = &mut self.conns[i];
         let was_connecting = c.peer_id() == 0;
         c.handle_packet_at(now, received.min(now), &pkt);
@@ -664,8 +684,20 @@ impl Endpoint {
         let Some(i) = self.conn_for(h.dst_socket, remote) else {
             return;
         };
+        self.share_window(now, i);
         self.conns[i].handle_data_owned(now, received.min(now), &h, payload, len);
         self.touch(i);
+    }
+
+    /// Connection `i` receives a data packet: it may advertise its share of the socket's
+    /// receive queue at most.
+    fn share_window(&mut self, now: Instant, i: usize) {
+        let c = &mut self.conns[i];
+        let slot = c.recv_slot_size();
+        let share = self
+            .rx_share
+            .on_data(now, &mut self.sched[i].rx_epoch, slot);
+        c.set_window_share(share);
     }
 
     /// The index of connection `dst` if `remote` is its peer; counts why not otherwise.

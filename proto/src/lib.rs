@@ -18,5 +18,6 @@ pub mod endpoint;
 pub mod loss;
 pub mod rate;
 pub mod seq;
+pub mod share;
 pub mod sim;
 pub mod wire;

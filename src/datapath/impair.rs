@@ -295,6 +295,9 @@ impl<D: Datapath> Datapath for Impaired<D> {
     fn local_addr(&self) -> io::Result<SocketAddr> {
         self.inner.local_addr()
     }
+    fn receive_queue_bytes(&self) -> Option<usize> {
+        self.inner.receive_queue_bytes()
+    }
 
     fn send(&mut self, buf: &[u8], txs: &[Tx]) -> io::Result<usize> {
         let now = Instant::now();

@@ -47,6 +47,20 @@ pub(crate) fn in_reuseport_group<T>(shards: u32, f: impl FnOnce() -> T) -> T {
     out
 }
 
+/// The receive buffer of `sock` as the kernel accounts it (Linux reports twice what was
+/// asked: the bookkeeping of each datagram counts too).
+pub(crate) fn receive_queue_of(sock: &UdpSocket) -> Option<usize> {
+    #[cfg(target_os = "linux")]
+    {
+        rustix::net::sockopt::socket_recv_buffer_size(sock).ok()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = sock;
+        None
+    }
+}
+
 /// A blocking UDP socket bound to `addr` with send and receive buffers of about `sndbuf` and
 /// `rcvbuf` bytes (forced past the system limits where permitted).
 pub(crate) fn udp_socket(addr: SocketAddr, sndbuf: usize, rcvbuf: usize) -> io::Result<UdpSocket> {
@@ -383,6 +397,12 @@ pub trait Datapath: Send + std::fmt::Debug {
     /// The bound local address.
     fn local_addr(&self) -> io::Result<SocketAddr>;
 
+    /// How many bytes the kernel queues for the socket before it drops what arrives (its
+    /// receive buffer, as the kernel accounts it), if known.
+    fn receive_queue_bytes(&self) -> Option<usize> {
+        None
+    }
+
     /// The most datagrams one [`Tx`] may carry: 1 without segmentation offload. Runs are
     /// also bounded by [`MAX_UDP_PAYLOAD`] bytes.
     fn max_segments(&self) -> usize {
@@ -557,6 +577,9 @@ impl<D: Datapath + ?Sized> Datapath for Box<D> {
     }
     fn local_addr(&self) -> io::Result<SocketAddr> {
         (**self).local_addr()
+    }
+    fn receive_queue_bytes(&self) -> Option<usize> {
+        (**self).receive_queue_bytes()
     }
     fn max_segments(&self) -> usize {
         (**self).max_segments()

@@ -115,6 +115,9 @@ impl Datapath for StdUdp {
     fn local_addr(&self) -> io::Result<SocketAddr> {
         self.sock.local_addr()
     }
+    fn receive_queue_bytes(&self) -> Option<usize> {
+        super::receive_queue_of(&self.sock)
+    }
 
     fn send(&mut self, buf: &[u8], txs: &[Tx]) -> io::Result<usize> {
         for (i, tx) in txs.iter().enumerate() {

@@ -182,6 +182,9 @@ macro_rules! forward_datapath {
             fn local_addr(&self) -> io::Result<SocketAddr> {
                 self.core.sock.local_addr()
             }
+            fn receive_queue_bytes(&self) -> Option<usize> {
+                crate::datapath::receive_queue_of(&self.core.sock)
+            }
             fn max_segments(&self) -> usize {
                 if self.core.gso {
                     GSO_MAX_SEGMENTS

@@ -202,6 +202,9 @@ pub struct Connection {
     max_loss_seen: SeqNo,
     /// The furthest point the peer has acknowledged.
     peer_ack: SeqNo,
+    /// Most packets to advertise as the flow window: this connection's share of the
+    /// endpoint's socket queue ([`crate::share`]).
+    window_share: u32,
     /// Live mode: the message number and end of the last messages this end dropped, while
     /// the peer has not acknowledged past them (their drop request may have been lost).
     dropped_to: Option<(u32, SeqNo)>,
@@ -385,6 +388,7 @@ impl Connection {
             send_lag_us: 0,
             max_loss_seen: isn,
             peer_ack: isn,
+            window_share: u32::MAX,
             dropped_to: None,
             dropreq_at_us: 0,
             peer_window: 8192,
@@ -469,6 +473,12 @@ impl Connection {
     fn on_timer_grid(&self, us: u64) -> u64 {
         let abs = us + self.epoch_offset_us;
         (abs.div_ceil(TIMER_GRID_US) * TIMER_GRID_US).saturating_sub(self.epoch_offset_us)
+    }
+
+    /// Bounds the flow window this end advertises to `pkts` (its endpoint's share of the
+    /// socket's receive queue); its own free buffer bounds it too.
+    pub fn set_window_share(&mut self, pkts: u32) {
+        self.window_share = pkts;
     }
 
     /// Memory the send and receive buffers hold now, bytes (what

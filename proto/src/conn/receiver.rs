@@ -268,7 +268,7 @@ impl Connection {
         let info = AckInfo {
             rtt_us: self.srtt_us as u32,
             rtt_var_us: self.rttvar_us as u32,
-            avail_buf_pkts: self.rbuf.free_after(self.rcv_ack) as u32,
+            avail_buf_pkts: (self.rbuf.free_after(self.rcv_ack) as u32).min(self.window_share),
             pkt_recv_rate: rates.speed_pps,
             link_capacity: rates.capacity_pps,
             recv_rate_bytes: rates.avg_bps.min(u64::from(u32::MAX)) as u32,

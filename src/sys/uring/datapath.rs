@@ -89,6 +89,9 @@ impl Datapath for Uring {
     fn local_addr(&self) -> io::Result<SocketAddr> {
         self.eng.socket().local_addr()
     }
+    fn receive_queue_bytes(&self) -> Option<usize> {
+        crate::datapath::receive_queue_of(self.eng.socket())
+    }
 
     fn max_segments(&self) -> usize {
         if self.eng.gso() {
