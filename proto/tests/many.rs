@@ -317,3 +317,80 @@ fn a_memory_budget_bounds_the_buffers_and_refuses_new_callers() {
     assert_eq!(refused, Some(CloseReason::Rejected(RejectReason::RESOURCE)));
     assert!(p.b.stats().rejected_memory >= 1);
 }
+
+/// With the socket's receive queue known, the flow windows the receiving endpoint
+/// advertises to its busy connections add up to about that queue, not to their buffers, and
+/// every transfer still completes byte-exact.
+#[test]
+fn flow_windows_share_the_receive_queue() {
+    use slipstream_proto::share::DATAGRAM_OVERHEAD;
+    let _t = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let s = seed(75);
+    let _g = SeedGuard(s);
+    const N: usize = 10;
+    const QUEUE_PKTS: usize = 80;
+    const LEN: usize = 2 << 20;
+    // 10 Mbit/s for each connection's share of a 100 Mbit/s link: the transfers last.
+    let mut p = pair(s, path(2, 0.0, Some(100_000_000)), path(2, 0.0, None), N);
+    // A queue of 80 datagrams of the largest payload a 1500-byte MSS allows.
+    let mut cfg = EndpointConfig::default();
+    cfg.set_max_connections(N + 16)
+        .set_seed(s ^ 0x5a5a)
+        .set_receive_queue(Some(QUEUE_PKTS * (1500 + DATAGRAM_OVERHEAD)));
+    p.b = slipstream_proto::endpoint::Endpoint::new(cfg, p.now);
+    let (callers, accepted) = connect_many(&mut p, N, file_cfg());
+    let data: Vec<Vec<u8>> = (0..N).map(|k| content(LEN, s + k as u64)).collect();
+    let mut sent = [0usize; N];
+    let mut got: Vec<Vec<u8>> = vec![Vec::new(); N];
+    let mut buf = vec![0u8; 1 << 16];
+    let start = p.now;
+    let (mut worst, mut samples, mut next_sample) = (0u32, 0u32, start);
+    let ok = p.run_until(Duration::from_secs(60), |p| {
+        let now = p.now;
+        for k in 0..N {
+            offer(
+                p.a.conn(callers[k]).expect("caller"),
+                now,
+                &data[k],
+                &mut sent[k],
+            );
+        }
+        for (k, &id) in accepted.iter().enumerate() {
+            while let Ok(n) = p.b.conn(id).expect("accepted").recv(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                got[k].extend_from_slice(&buf[..n]);
+            }
+        }
+        // Once every connection has been acknowledged a few times, while all are busy.
+        if now > start + Duration::from_millis(200)
+            && now >= next_sample
+            && got.iter().all(|g| g.len() < LEN)
+        {
+            next_sample = now + Duration::from_millis(1);
+            let sum: u32 = callers
+                .iter()
+                .map(|&c| p.a.conn(c).expect("caller").stats(now).flow_window_pkts)
+                .sum();
+            worst = worst.max(sum);
+            samples += 1;
+        }
+        got.iter().zip(&data).all(|(g, d)| g.len() == d.len())
+    });
+    for k in 0..N {
+        assert!(
+            got[k] == data[k],
+            "connection {k}: {} bytes, ok {ok}",
+            got[k].len()
+        );
+    }
+    eprintln!("largest sum of the advertised windows: {worst} packets ({samples} samples)");
+    assert!(samples > 100, "only {samples} samples");
+    // Shares are computed per arrival over the receivers of the last 100-200 ms: allow a
+    // packet each of rounding.
+    assert!(
+        worst as usize <= QUEUE_PKTS + N,
+        "windows add up to {worst} packets, the queue holds {QUEUE_PKTS}"
+    );
+}
