@@ -631,9 +631,18 @@ impl IoLoop {
         g.dp_stats = self.dp.stats();
         g.io_done = Some(result.err().map(|e| format!("I/O thread failed: {e}")));
         let conds: Vec<Arc<Condvar>> = g.conds.values().map(|w| w.cond.clone()).collect();
+        // Pollers learn of it as of any end: their connections are reported.
+        let mut sets: Vec<Arc<PollSet>> = Vec::new();
+        for p in g.conds.values().filter_map(|w| w.poll.as_ref()) {
+            p.set.report(p.token, &p.flag);
+            if !sets.iter().any(|s| Arc::ptr_eq(s, &p.set)) {
+                sets.push(p.set.clone());
+            }
+        }
         drop(g);
         self.shared.cond.notify_all();
         conds.iter().for_each(|c| c.notify_all());
+        sets.iter().for_each(|s| s.notify());
         self.shared.accepts.bump();
     }
 
@@ -811,6 +820,8 @@ impl IoLoop {
                     timeout = Some(timeout.map_or(wait, |t| t.min(wait)));
                 }
             }
+            // A notification costs a system call whether anyone waits or not.
+            let waiters = g.waiters > 0;
             drop(g);
             if accepted {
                 shared.accepts.bump();
@@ -818,7 +829,9 @@ impl IoLoop {
             if notify {
                 self.since_notify = 0;
                 self.unnotified_since = None;
-                shared.cond.notify_all();
+                if waiters {
+                    shared.cond.notify_all();
+                }
                 for c in self.wake.drain(..) {
                     c.notify_all();
                 }
