@@ -168,7 +168,7 @@ impl PollReg {
         };
         c.state() != ConnState::Connected
             || (self.read && c.is_readable(now))
-            || (self.write && c.send_buffer_free() * 4 >= c.send_buffer_capacity().max(1))
+            || (self.write && c.has_room())
     }
 }
 
@@ -249,8 +249,7 @@ impl ConnWaiters {
         let ended = c.state() != ConnState::Connected;
         self.waiting > self.reading + self.writing
             || (self.reading > 0 && (ended || c.is_readable(now)))
-            || (self.writing > 0
-                && (ended || c.send_buffer_free() * 4 >= c.send_buffer_capacity().max(1)))
+            || (self.writing > 0 && (ended || c.has_room()))
     }
 }
 

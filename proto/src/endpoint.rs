@@ -485,7 +485,7 @@ impl Endpoint {
                 Self::count_slot(&mut self.slot_sizes, old, false);
                 Self::count_slot(&mut self.slot_sizes, slot, true);
             }
-            if c.send_buffer_free() * 4 >= c.send_buffer_capacity() {
+            if c.has_room() {
                 self.writable = true;
             }
             let mem = c.buffer_memory();

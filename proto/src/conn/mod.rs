@@ -1045,6 +1045,15 @@ impl Connection {
         self.state == State::Connected && self.sbuf.free_slots() > 0
     }
 
+    /// True when at least a quarter of the send buffer's usable room is free: a writer
+    /// waiting for room is worth waking (for a slot or two it would write a sliver and wait
+    /// again). Under memory pressure the usable room is what the buffer holds, not its
+    /// capacity, so this still comes true.
+    pub fn has_room(&self) -> bool {
+        let free = self.sbuf.free_slots();
+        free > 0 && free * 4 >= free + self.sbuf.len()
+    }
+
     /// Free space in the send buffer, bytes.
     pub fn send_buffer_free(&self) -> usize {
         self.sbuf.free_slots() * self.payload_size
