@@ -12,7 +12,7 @@ use slipstream_proto::sim::{LinkConfig, Pair};
 use stats_alloc::{StatsAlloc, INSTRUMENTED_SYSTEM};
 use std::alloc::System;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The system allocator, counting.
 #[global_allocator]
@@ -68,6 +68,13 @@ fn connect_many(p: &mut Pair, n: usize, cfg: ConnConfig) -> (Vec<ConnId>, Vec<Co
         accepted.len()
     );
     (callers, accepted)
+}
+
+/// Offers each caller what is left of its stream.
+fn offer_all(p: &mut Pair, now: Instant, callers: &[ConnId], data: &[Vec<u8>], sent: &mut [usize]) {
+    for (k, &id) in callers.iter().enumerate() {
+        offer(p.a.conn(id).expect("caller"), now, &data[k], &mut sent[k]);
+    }
 }
 
 /// Idle connections hold a few KiB each, not the megabytes of buffers they may grow to, and
@@ -268,14 +275,7 @@ fn a_memory_budget_bounds_the_buffers_and_refuses_new_callers() {
     let (mut peak, mut pressured, mut late) = (0u64, false, None);
     let ok = p.run_until(Duration::from_secs(60), |p| {
         let now = p.now;
-        for k in 0..N {
-            offer(
-                p.a.conn(callers[k]).expect("caller"),
-                now,
-                &data[k],
-                &mut sent[k],
-            );
-        }
+        offer_all(p, now, &callers, &data, &mut sent);
         // The receiving application reads slowly, so that the buffers fill.
         for (k, &id) in accepted.iter().enumerate() {
             if let Ok(n) = p.b.conn(id).expect("accepted").recv(&mut buf[..16 << 10]) {
@@ -347,14 +347,7 @@ fn flow_windows_share_the_receive_queue() {
     let (mut worst, mut samples, mut next_sample) = (0u32, 0u32, start);
     let ok = p.run_until(Duration::from_secs(60), |p| {
         let now = p.now;
-        for k in 0..N {
-            offer(
-                p.a.conn(callers[k]).expect("caller"),
-                now,
-                &data[k],
-                &mut sent[k],
-            );
-        }
+        offer_all(p, now, &callers, &data, &mut sent);
         for (k, &id) in accepted.iter().enumerate() {
             while let Ok(n) = p.b.conn(id).expect("accepted").recv(&mut buf) {
                 if n == 0 {
