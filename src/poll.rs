@@ -69,7 +69,6 @@ impl Poller {
     /// the same connection handle (with this poller or another), and makes its operations
     /// non-blocking. It is reported once at once, so that the application tries it.
     pub fn add(&self, conn: &Connection, token: u64, interest: Interest) -> io::Result<()> {
-        conn.set_nonblocking(true);
         let flag = Arc::new(AtomicBool::new(false));
         let mut g = conn.shared().lock();
         let st = &mut *g;
@@ -88,6 +87,7 @@ impl Poller {
             flag: flag.clone(),
         });
         drop(g);
+        conn.set_nonblocking(true);
         if self.set.report(token, &flag) {
             self.set.notify();
         }
