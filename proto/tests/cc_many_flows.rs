@@ -25,8 +25,8 @@
 
 mod common;
 use common::*;
-use slipstream_proto::conn::{ConnConfig, Event, Mode};
-use slipstream_proto::endpoint::{ConnId, Endpoint, EndpointConfig};
+use slipstream_proto::conn::{ConnConfig, Mode};
+use slipstream_proto::endpoint::{Endpoint, EndpointConfig};
 use slipstream_proto::sim::{LinkConfig, Pair};
 use slipstream_proto::wire::HEADER_LEN;
 use std::time::{Duration, Instant};
@@ -36,17 +36,12 @@ const MSG_LEN: usize = 64;
 /// The sending process's wake-ups.
 const TICK: Duration = Duration::from_micros(100);
 /// A clean 0.1 ms path without a rate limit.
-const LAN: LinkConfig = LinkConfig {
-    delay: Duration::from_micros(100),
-    jitter: Duration::ZERO,
-    loss: 0.0,
-    burst: None,
-    reorder: 0.0,
-    dup: 0.0,
-    rate_bps: None,
-    queue_bytes: 4 << 20,
-    mtu: 65_535,
-};
+fn lan() -> LinkConfig {
+    LinkConfig {
+        delay: Duration::from_micros(100),
+        ..LinkConfig::default()
+    }
+}
 
 /// How the sending endpoint's process runs.
 #[derive(Debug, Clone, Copy)]
@@ -87,7 +82,7 @@ struct Scenario {
 /// What each connection delivered over the window: messages (message mode) or bytes per
 /// second of virtual time; and the payload of a full packet, bytes.
 fn shares(seed: u64, sc: &Scenario) -> (Vec<f64>, usize) {
-    let mut p = Pair::new(seed, sc.path.clone(), LAN);
+    let mut p = Pair::new(seed, sc.path.clone(), lan());
     let mut cfg = EndpointConfig::default();
     cfg.set_max_connections(sc.n + 16).set_seed(seed);
     p.a = Endpoint::new(cfg.clone(), p.now);
@@ -188,43 +183,6 @@ fn receive(
     n
 }
 
-/// Connects `n` callers on `a` to the listener on `b`, all at once; returns the callers and
-/// the accepted connections (not paired: shares are counted where the data arrives).
-fn connect_many(p: &mut Pair, n: usize, cfg: ConnConfig) -> (Vec<ConnId>, Vec<ConnId>) {
-    p.b.listen(Some(cfg.clone()));
-    let (now, b_addr) = (p.now, p.b_addr);
-    let callers: Vec<ConnId> = (0..n)
-        .map(|_| p.a.connect(now, b_addr, cfg.clone()).expect("connect"))
-        .collect();
-    let (mut connected, mut accepted) = (0, Vec::new());
-    let ok = p.run_until(Duration::from_secs(20), |p| {
-        while let Some((_, ev)) = p.a.poll_event() {
-            if ev == Event::Connected {
-                connected += 1;
-            }
-        }
-        while let Some((id, ev)) = p.b.poll_event() {
-            if ev == Event::Accepted {
-                accepted.push(id);
-            }
-        }
-        connected == n && accepted.len() == n
-    });
-    assert!(
-        ok,
-        "{connected} connected, {} accepted of {n}",
-        accepted.len()
-    );
-    (callers, accepted)
-}
-
-/// Jain's fairness index of `x`.
-fn jain(x: &[f64]) -> f64 {
-    let sum: f64 = x.iter().sum();
-    let sq: f64 = x.iter().map(|v| v * v).sum();
-    sum * sum / (x.len() as f64 * sq).max(f64::MIN_POSITIVE)
-}
-
 /// Runs `sc`; asserts Jain's index of the shares is at least 0.95 and that they add up to
 /// at least `share` of `capacity` (packets a second; for streams, in full packets' bytes).
 fn check(name: &str, seed: u64, sc: &Scenario, capacity: f64, share: f64) {
@@ -268,7 +226,7 @@ fn messages_share_an_endpoint_that_starts_off_the_cpu() {
         n: 20,
         mode: Mode::Message,
         cpu: STARVED,
-        path: LAN,
+        path: lan(),
         opens: None,
         window: (Duration::from_millis(1_500), Duration::from_millis(2_500)),
     };
@@ -291,7 +249,7 @@ fn streams_share_an_endpoint_that_starts_off_the_cpu() {
         n: 10,
         mode: Mode::File,
         cpu: STARVED,
-        path: LAN,
+        path: lan(),
         opens: None,
         window: (Duration::from_millis(1_500), Duration::from_millis(2_500)),
     };
@@ -311,12 +269,12 @@ fn messages_climb_when_the_path_opens() {
     let slow = LinkConfig {
         rate_bps: Some(200_000),
         queue_bytes: 32 << 10,
-        ..LAN
+        ..lan()
     };
     let fast = LinkConfig {
         rate_bps: Some(rate),
         queue_bytes: 256 << 10,
-        ..LAN
+        ..lan()
     };
     let sc = Scenario {
         n: 10,
@@ -350,7 +308,7 @@ fn hundred_message_connections_share_an_endpoint_that_starts_off_the_cpu() {
         n: 100,
         mode: Mode::Message,
         cpu,
-        path: LAN,
+        path: lan(),
         opens: None,
         window: (Duration::from_millis(2_000), Duration::from_millis(3_000)),
     };

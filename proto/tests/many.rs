@@ -38,38 +38,6 @@ fn pair(seed: u64, ab: LinkConfig, ba: LinkConfig, n: usize) -> Pair {
     p
 }
 
-/// Connects `n` callers on `a` to the listener on `b`, all at once; returns the pairs of
-/// ids (caller, accepted), in no particular pairing (the tests only count).
-fn connect_many(p: &mut Pair, n: usize, cfg: ConnConfig) -> (Vec<ConnId>, Vec<ConnId>) {
-    p.b.listen(Some(cfg.clone()));
-    let now = p.now;
-    let b_addr = p.b_addr;
-    let callers: Vec<ConnId> = (0..n)
-        .map(|_| p.a.connect(now, b_addr, cfg.clone()).expect("connect"))
-        .collect();
-    let (mut connected, mut accepted) = (0, Vec::new());
-    let ok = p.run_until(Duration::from_secs(20), |p| {
-        while let Some((_, ev)) = p.a.poll_event() {
-            match ev {
-                Event::Connected => connected += 1,
-                other => panic!("caller event {other:?}"),
-            }
-        }
-        while let Some((id, ev)) = p.b.poll_event() {
-            if ev == Event::Accepted {
-                accepted.push(id);
-            }
-        }
-        connected == n && accepted.len() == n
-    });
-    assert!(
-        ok,
-        "{connected} connected, {} accepted of {n}",
-        accepted.len()
-    );
-    (callers, accepted)
-}
-
 /// Offers each caller what is left of its stream.
 fn offer_all(p: &mut Pair, now: Instant, callers: &[ConnId], data: &[Vec<u8>], sent: &mut [usize]) {
     for (k, &id) in callers.iter().enumerate() {
@@ -154,13 +122,6 @@ fn stream_with_open(p: &mut Pair, ca: ConnId, cb: ConnId, data: &[u8]) -> usize 
     });
     assert!(ok, "transfer stalled at {got} of {}", data.len());
     got
-}
-
-/// Jain's fairness index of `x`.
-fn jain(x: &[f64]) -> f64 {
-    let sum: f64 = x.iter().sum();
-    let sq: f64 = x.iter().map(|v| v * v).sum();
-    sum * sum / (x.len() as f64 * sq).max(f64::MIN_POSITIVE)
 }
 
 /// `n` backlogged stream connections on one endpoint that sends at most `budget`

@@ -186,3 +186,42 @@ pub fn offer(c: &mut Connection, now: Instant, data: &[u8], sent: &mut usize) {
 pub fn file_cfg() -> ConnConfig {
     ConnConfig::new(Mode::File)
 }
+
+/// Connects `n` callers on `a` to the listener on `b`, all at once; returns the callers and
+/// the accepted connections (not paired: the tests count where data arrives).
+pub fn connect_many(p: &mut Pair, n: usize, cfg: ConnConfig) -> (Vec<ConnId>, Vec<ConnId>) {
+    p.b.listen(Some(cfg.clone()));
+    let (now, b_addr) = (p.now, p.b_addr);
+    let callers: Vec<ConnId> = (0..n)
+        .map(|_| p.a.connect(now, b_addr, cfg.clone()).expect("connect"))
+        .collect();
+    let (mut connected, mut accepted) = (0, Vec::new());
+    let ok = p.run_until(Duration::from_secs(20), |p| {
+        while let Some((_, ev)) = p.a.poll_event() {
+            match ev {
+                Event::Connected => connected += 1,
+                Event::Closed(r) => panic!("a caller closed while connecting: {r:?}"),
+                _ => {}
+            }
+        }
+        while let Some((id, ev)) = p.b.poll_event() {
+            if ev == Event::Accepted {
+                accepted.push(id);
+            }
+        }
+        connected == n && accepted.len() == n
+    });
+    assert!(
+        ok,
+        "{connected} connected, {} accepted of {n}",
+        accepted.len()
+    );
+    (callers, accepted)
+}
+
+/// Jain's fairness index of `x`: 1 when all are equal, 1/n when one has everything.
+pub fn jain(x: &[f64]) -> f64 {
+    let sum: f64 = x.iter().sum();
+    let sq: f64 = x.iter().map(|v| v * v).sum();
+    sum * sum / (x.len() as f64 * sq).max(f64::MIN_POSITIVE)
+}
