@@ -1,19 +1,23 @@
-//! The sender's buffer: packets not yet acknowledged, in sequence order, in one ring. Its
-//! capacity (what the application may queue) grows, doubling up to a memory cap, when the
-//! connection is limited by it. The ring itself is allocated with the first packet, starts
-//! small and doubles only when what is held outgrows it, and is given back once the buffer
-//! has been empty a while ([`SendBuffer::release_idle`]): a live stream of a few hundred packets in flight then keeps cycling
-//! through the same warm memory instead of touching megabytes of fresh pages (a page fault
-//! each 4 KiB), and an idle connection holds little. Between growths, writing, sending and
+//! The sender's buffer: packets not yet acknowledged, in sequence order, their metadata in
+//! one ring. Its capacity (how many packets the application may queue) grows, doubling up to
+//! a memory cap, when the connection is limited by it. The ring itself is allocated with the
+//! first packet, starts small and doubles only when what is held outgrows it, and is given
+//! back once the buffer has been empty a while ([`SendBuffer::release_idle`]), with the
+//! payload pages: a live stream of a few hundred packets in flight then keeps cycling through
+//! the same warm memory instead of touching megabytes of fresh pages (a page fault each
+//! 4 KiB), and an idle connection holds little. Between growths, writing, sending and
 //! acknowledging allocate nothing.
 //!
-//! A packet's payload lives in its ring slot (copied in by [`SendBuffer::push_stream`] and
-//! [`SendBuffer::push_message`]) or in a chunk: a buffer the application filled on its own
-//! and handed over whole ([`SendBuffer::push_chunk`]), or a range of bytes it shares
-//! read-only, such as a mapped file ([`SendBuffer::push_shared`]), cut into packets where it
-//! lies. Chunks leave in order as their packets are acknowledged; buffers then wait in a pool
-//! (bounded by the buffer's free room) for the application to take them back
-//! ([`SendBuffer::take_chunk`]) and fill them again, shared bytes are let go.
+//! Every packet's payload lies in a chunk, in order. Bytes the application writes
+//! ([`SendBuffer::push_stream`], [`SendBuffer::push_message`]) are copied into log pages,
+//! packed one after the other whatever their size: 64-byte messages take 64 bytes of memory
+//! and of cache, not a packet-sized slot each. Other chunks are a buffer the application
+//! filled on its own and handed over whole ([`SendBuffer::push_chunk`]), or a range of bytes
+//! it shares read-only, such as a mapped file ([`SendBuffer::push_shared`]), cut into packets
+//! where it lies. Chunks leave in order as their packets are acknowledged: log pages are kept
+//! for the next writes, the application's buffers wait in a pool (both bounded by the
+//! buffer's free room) for it to take them back ([`SendBuffer::take_chunk`]) and fill them
+//! again, shared bytes are let go.
 
 use super::Pressure;
 use crate::seq::{MsgNo, SeqNo};
@@ -30,6 +34,9 @@ pub type SharedBytes = Arc<dyn AsRef<[u8]> + Send + Sync>;
 
 /// Where a chunk's packets lie.
 enum Held {
+    /// A log page: payloads copied in, one after the other (its capacity is the buffer's
+    /// `log_page`; nothing is written beyond it).
+    Log(Vec<u8>),
     /// A buffer of the application's, pooled once acknowledged.
     Buf(Vec<u8>),
     /// Shared bytes from this offset on.
@@ -39,7 +46,7 @@ enum Held {
 impl Held {
     fn bytes(&self) -> &[u8] {
         match self {
-            Held::Buf(b) => b,
+            Held::Log(b) | Held::Buf(b) => b,
             Held::Shared(s, start) => {
                 let bytes = (**s).as_ref().get(*start..);
                 debug_assert!(bytes.is_some(), "shared bytes shrank under the connection");
@@ -52,6 +59,7 @@ impl Held {
 impl std::fmt::Debug for Held {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            Held::Log(b) => write!(f, "Log({} bytes)", b.len()),
             Held::Buf(b) => write!(f, "Buf({} bytes)", b.len()),
             Held::Shared(_, start) => write!(f, "Shared(from {start})"),
         }
@@ -70,29 +78,29 @@ pub(crate) struct SlotMeta {
     pub last_sent_us: u64,
     /// Sent more than once.
     pub retransmitted: bool,
-    /// Where the payload is: [`IN_RING`] (the slot), or the number of the chunk that holds
-    /// it at byte `off`.
+    /// The number of the chunk that holds the payload, at byte `off`.
     chunk: u64,
     off: u32,
 }
 
 /// The longest chunk: packets are found in one by a 32-bit offset.
 pub const MAX_CHUNK: usize = u32::MAX as usize;
-/// [`SlotMeta::chunk`] of a payload held in its ring slot.
-const IN_RING: u64 = u64::MAX;
-/// Chunks the pool keeps for reuse even when the buffer has no free room for them.
+/// Chunks the pool keeps for reuse even when the buffer has no free room for them (and as
+/// many log pages).
 const CHUNK_POOL: usize = 4;
-/// Bytes of payload slots the ring starts with once a packet is queued (128 slots of
-/// 1456-byte payloads, 2 of 64 KiB ones), at least [`MIN_RING`] slots and at most the
+/// Full packets' worth of bytes the ring starts with once a packet is queued (128 slots
+/// for 1456-byte payloads, 2 for 64 KiB ones), at least [`MIN_RING`] slots and at most the
 /// capacity.
 const INITIAL_RING_BYTES: usize = 128 * 1456;
 /// Fewest slots the ring starts with.
 const MIN_RING: usize = 2;
-/// About how many bytes a page of the ring holds (a power of two of slots).
-const RING_PAGE_BYTES: usize = 1 << 20;
+/// About how many bytes a log page holds: whole full-size packets, at least
+/// [`LOG_PAGE_PACKETS`].
+const LOG_PAGE_BYTES: usize = 64 << 10;
+const LOG_PAGE_PACKETS: usize = 4;
 
 const EMPTY: SlotMeta = SlotMeta {
-    chunk: IN_RING,
+    chunk: 0,
     off: 0,
     len: 0,
     msg_no: MsgNo::new(0),
@@ -109,18 +117,17 @@ pub(crate) struct SendBuffer {
     /// Packets the buffer may hold now (it grows up to `max_cap`).
     cap: usize,
     max_cap: usize,
-    /// Slots allocated: `data` holds `ring` payloads and `meta` as many entries. At most
-    /// `cap`; doubled by [`SendBuffer::reserve`] when what is held outgrows it.
+    /// Slots of `meta` allocated. At most `cap`; doubled by [`SendBuffer::reserve`] when
+    /// what is held outgrows it.
     ring: usize,
-    /// The ring's payload slots, in pages of `1 << page_shift` slots (the last, or the only
-    /// one of a small ring, may be shorter): growing moves pages rather than copying them.
-    /// A page is allocated when a payload is first copied into it (empty until then): the
-    /// packets of chunks and shared bytes need none.
-    data: Vec<Vec<u8>>,
-    page_shift: u32,
-    /// Bytes of the pages of `data` allocated.
-    data_bytes: usize,
     meta: Vec<SlotMeta>,
+    /// Bytes a log page holds.
+    log_page: usize,
+    /// Log pages whose packets were all acknowledged, for the next writes: at most
+    /// [`CHUNK_POOL`], or as many as the free room would fill.
+    log_spare: Vec<Vec<u8>>,
+    /// Bytes of the log pages allocated, in chunks and spare.
+    log_bytes: usize,
     /// Sequence number of the oldest packet held.
     base: SeqNo,
     head: usize,
@@ -131,8 +138,10 @@ pub(crate) struct SendBuffer {
     retransmitted: usize,
     bytes: u64,
     next_msg: MsgNo,
-    /// Chunks handed over and still holding packets, oldest first: the buffer and how many
-    /// of its packets are held. The front one is number `chunk_base`.
+    /// Chunks still holding packets, oldest first: log pages and what the application
+    /// handed over, and how many of their packets are held. The front one is number
+    /// `chunk_base`; the last one, if a log page, takes the next bytes written while it has
+    /// room.
     chunks: VecDeque<(Held, usize)>,
     chunk_base: u64,
     /// Chunks whose packets were all acknowledged, for reuse, and their bytes: at most
@@ -159,15 +168,16 @@ pub(crate) enum PushError {
 impl SendBuffer {
     pub fn new(slot_size: usize, cap: usize, max_cap: usize, isn: SeqNo) -> Self {
         let cap = cap.min(max_cap).max(2);
+        let slot = slot_size.max(1);
         SendBuffer {
             slot_size,
             cap,
             max_cap: max_cap.max(cap),
             ring: 0,
-            data: Vec::new(),
-            page_shift: (RING_PAGE_BYTES / slot_size.max(1)).max(1).ilog2(),
-            data_bytes: 0,
             meta: Vec::new(),
+            log_page: slot * (LOG_PAGE_BYTES / slot).max(LOG_PAGE_PACKETS),
+            log_spare: Vec::new(),
+            log_bytes: 0,
             base: isn,
             head: 0,
             len: 0,
@@ -207,34 +217,28 @@ impl SendBuffer {
             .next_power_of_two()
     }
 
-    /// Ring slot `i`'s bytes from `start`, `len` of them.
-    fn slot(&self, i: usize, start: usize, len: usize) -> &[u8] {
-        let mask = (1 << self.page_shift) - 1;
-        let o = (i & mask) * self.slot_size + start;
-        &self.data[i >> self.page_shift][o..o + len]
-    }
-
-    /// Ring slot `i`'s bytes from `start`, `len` of them, to write (its page allocated if
-    /// it was not).
-    fn slot_mut(&mut self, i: usize, start: usize, len: usize) -> &mut [u8] {
-        let mask = (1 << self.page_shift) - 1;
-        let o = (i & mask) * self.slot_size + start;
-        let p = i >> self.page_shift;
-        if self.data[p].is_empty() {
-            let per = 1 << self.page_shift;
-            let n = self.slot_size * per.min(self.ring - p * per);
-            self.data[p] = vec![0u8; n];
-            self.data_bytes += n;
+    /// Copies `bytes` (at most a packet's) into the log: into the last chunk if it is a
+    /// log page with room, else into a fresh page. Returns the chunk's number and the
+    /// offset of the bytes in it; the caller counts the packet in the chunk.
+    fn log_append(&mut self, bytes: &[u8]) -> (u64, u32) {
+        let fits = matches!(self.chunks.back(),
+            Some((Held::Log(p), _)) if p.len() + bytes.len() <= self.log_page);
+        if !fits {
+            let page = self.log_spare.pop().unwrap_or_else(|| {
+                self.log_bytes += self.log_page;
+                Vec::with_capacity(self.log_page)
+            });
+            self.chunks.push_back((Held::Log(page), 0));
         }
-        &mut self.data[p][o..o + len]
-    }
-
-    /// The page table of a ring of `ring` slots, no page allocated.
-    fn pages_for(&self, ring: usize) -> Vec<Vec<u8>> {
-        let per = 1 << self.page_shift;
-        let mut pages = Vec::new();
-        pages.resize_with(ring.div_ceil(per), Vec::new);
-        pages
+        let id = self.chunk_base + self.chunks.len() as u64 - 1;
+        match self.chunks.back_mut() {
+            Some((Held::Log(p), _)) => {
+                let off = p.len() as u32;
+                p.extend_from_slice(bytes);
+                (id, off)
+            }
+            _ => unreachable!("a log page was just made the last chunk"),
+        }
     }
 
     /// Payload bytes a packet carries at most.
@@ -286,9 +290,7 @@ impl SendBuffer {
             self.retransmitted = self
                 .retransmitted
                 .saturating_sub(usize::from(m.retransmitted));
-            if m.chunk != IN_RING {
-                self.release_chunk_packet(m.chunk, room);
-            }
+            self.release_chunk_packet(m.chunk, room);
         }
         self.head = self.idx(n);
         self.len -= n;
@@ -298,9 +300,9 @@ impl SendBuffer {
         bytes
     }
 
-    /// One packet of chunk `id` is no longer held; buffers with none left go to the pool
-    /// while it holds fewer than [`CHUNK_POOL`] or at most `room` bytes, shared bytes are
-    /// let go.
+    /// One packet of chunk `id` is no longer held; buffers and log pages with none left go
+    /// to their pools while these hold fewer than [`CHUNK_POOL`] or at most `room` bytes,
+    /// shared bytes are let go.
     fn release_chunk_packet(&mut self, id: u64, room: usize) {
         let Some(i) = id
             .checked_sub(self.chunk_base)
@@ -312,11 +314,22 @@ impl SendBuffer {
             c.1 = c.1.saturating_sub(1);
         }
         while self.chunks.front().is_some_and(|c| c.1 == 0) {
-            if let Some((Held::Buf(buf), _)) = self.chunks.pop_front() {
-                if self.pool.len() < CHUNK_POOL || self.pool_bytes + buf.len() <= room {
+            let spare = self.log_spare.len() * self.log_page;
+            match self.chunks.pop_front() {
+                Some((Held::Buf(buf), _))
+                    if self.pool.len() < CHUNK_POOL || self.pool_bytes + buf.len() <= room =>
+                {
                     self.pool_bytes += buf.len();
                     self.pool.push(buf);
                 }
+                Some((Held::Log(mut page), _))
+                    if self.log_spare.len() < CHUNK_POOL || spare + self.log_page <= room =>
+                {
+                    page.clear();
+                    self.log_spare.push(page);
+                }
+                Some((Held::Log(_), _)) => self.log_bytes -= self.log_page,
+                _ => {}
             }
             self.chunk_base += 1;
         }
@@ -369,8 +382,8 @@ impl SendBuffer {
         self.chunks.push_back((held, pkts));
     }
 
-    /// Appends the metadata of a stream packet of `len` bytes held at `chunk`/`off` (the
-    /// ring slot's bytes are the caller's to write). The caller checked there is a free slot.
+    /// Appends the metadata of a stream packet of `len` bytes held at `chunk`/`off`. The
+    /// caller checked there is a free slot.
     fn append_stream_packet(&mut self, len: usize, chunk: u64, off: u32, now_us: u64) {
         let i = self.idx(self.len);
         let msg_no = self.next_msg;
@@ -409,16 +422,18 @@ impl SendBuffer {
     /// Appends stream bytes: fills the last unsent packet, then new ones. Returns bytes taken.
     pub fn push_stream(&mut self, mut data: &[u8], now_us: u64) -> usize {
         let total = data.len();
-        // Top up the last packet if it has not been sent yet.
-        if self.len > self.sent
-            && !data.is_empty()
-            && self.meta[self.idx(self.len - 1)].chunk == IN_RING
-        {
+        // Top up the last packet if it has not been sent yet and ends its log page (it is
+        // the last bytes written there).
+        if self.len > self.sent && !data.is_empty() {
             let i = self.idx(self.len - 1);
             let used = self.meta[i].len as usize;
-            let n = (self.slot_size - used).min(data.len());
-            if n > 0 {
-                self.slot_mut(i, used, n).copy_from_slice(&data[..n]);
+            if let Some((Held::Log(page), held)) = self.chunks.back_mut() {
+                debug_assert_eq!(page.len(), self.meta[i].off as usize + used);
+                debug_assert!(*held > 0);
+                let n = (self.slot_size - used)
+                    .min(self.log_page - page.len())
+                    .min(data.len());
+                page.extend_from_slice(&data[..n]);
                 self.meta[i].len += n as u32;
                 self.bytes += n as u64;
                 data = &data[n..];
@@ -429,9 +444,9 @@ impl SendBuffer {
         self.reserve(want.min(limit));
         while !data.is_empty() && self.len < limit {
             let n = self.slot_size.min(data.len());
-            let i = self.idx(self.len);
-            self.slot_mut(i, 0, n).copy_from_slice(&data[..n]);
-            self.append_stream_packet(n, IN_RING, 0, now_us);
+            let (chunk, off) = self.log_append(&data[..n]);
+            self.count_in_last_chunk();
+            self.append_stream_packet(n, chunk, off, now_us);
             data = &data[n..];
         }
         total - data.len()
@@ -450,10 +465,11 @@ impl SendBuffer {
         let msg_no = self.next_msg;
         self.next_msg = self.next_msg.next();
         for k in 0..pkts {
-            let chunk = &msg
+            let part = &msg
                 [(k * self.slot_size).min(msg.len())..((k + 1) * self.slot_size).min(msg.len())];
+            let (chunk, off) = self.log_append(part);
+            self.count_in_last_chunk();
             let i = self.idx(self.len);
-            self.slot_mut(i, 0, chunk.len()).copy_from_slice(chunk);
             let pos = match (k == 0, k + 1 == pkts) {
                 (true, true) => PacketPosition::Solo,
                 (true, false) => PacketPosition::First,
@@ -461,18 +477,18 @@ impl SendBuffer {
                 (false, false) => PacketPosition::Middle,
             };
             self.meta[i] = SlotMeta {
-                len: chunk.len() as u32,
+                len: part.len() as u32,
                 msg_no,
                 pos,
                 in_order: true,
                 origin_us: now_us,
                 last_sent_us: 0,
                 retransmitted: false,
-                chunk: IN_RING,
-                off: 0,
+                chunk,
+                off,
             };
             self.len += 1;
-            self.bytes += chunk.len() as u64;
+            self.bytes += part.len() as u64;
         }
         Ok(())
     }
@@ -486,9 +502,6 @@ impl SendBuffer {
         let i = self.idx(off as usize);
         let m = &self.meta[i];
         let len = m.len as usize;
-        if m.chunk == IN_RING {
-            return Some((m, self.slot(i, 0, len)));
-        }
         let c = usize::try_from(m.chunk.checked_sub(self.chunk_base)?).ok()?;
         let start = m.off as usize;
         Some((m, self.chunks.get(c)?.0.bytes().get(start..start + len)?))
@@ -550,9 +563,9 @@ impl SendBuffer {
         if self.len > 0 || !self.chunks.is_empty() {
             return false;
         }
-        let held = self.ring > 0 || !self.pool.is_empty();
-        self.data = Vec::new();
-        self.data_bytes = 0;
+        let held = self.ring > 0 || !self.pool.is_empty() || !self.log_spare.is_empty();
+        self.log_spare = Vec::new();
+        self.log_bytes = 0;
         self.meta = Vec::new();
         self.ring = 0;
         self.head = 0;
@@ -561,10 +574,10 @@ impl SendBuffer {
         held
     }
 
-    /// Bytes of memory the buffer holds now (its ring and pooled chunks; not the chunks
-    /// that hold packets, which are the application's).
+    /// Bytes of memory the buffer holds now (its ring, log pages and pooled chunks; not the
+    /// chunks that hold packets, which are the application's).
     pub fn held_bytes(&self) -> usize {
-        self.data_bytes + self.meta.capacity() * std::mem::size_of::<SlotMeta>() + self.pool_bytes
+        self.log_bytes + self.meta.capacity() * std::mem::size_of::<SlotMeta>() + self.pool_bytes
     }
 
     /// Doubles the capacity (up to the cap). Returns whether it grew. The ring follows only
@@ -577,11 +590,10 @@ impl SendBuffer {
         true
     }
 
-    /// Makes the ring hold at least `pkts` packets (at most the capacity), doubling it. A ring
-    /// of whole pages that doubles keeps its packets where they are, but for those wrapped
-    /// to its start: their pages move to the new half, and of the page the head is in, the
-    /// slots before it are copied (at most a page, whatever the ring's size). Smaller rings,
-    /// and the last step to the capacity, are laid out again from slot 0.
+    /// Makes the ring hold at least `pkts` packets (at most the capacity), doubling it. The
+    /// packets keep their slots but for those wrapped to the ring's start: they move to the
+    /// new part when it has room for them, else the whole ring is rotated to start at slot 0.
+    /// Only metadata moves; payloads stay where they lie.
     fn reserve(&mut self, pkts: usize) {
         let pkts = pkts.min(self.cap);
         if pkts <= self.ring {
@@ -592,83 +604,23 @@ impl SendBuffer {
             ring *= 2;
         }
         let ring = ring.min(self.cap);
-        let per = 1 << self.page_shift;
-        if self.ring > 0 && self.ring.is_multiple_of(per) && ring == 2 * self.ring {
-            return self.grow_in_place();
-        }
-        let fresh = self.empty_like(ring);
-        let old = std::mem::replace(self, fresh);
-        for k in 0..old.len {
-            let i = old.idx(k);
-            let m = old.meta[i];
-            if m.chunk == IN_RING {
-                let len = m.len as usize;
-                self.slot_mut(k, 0, len)
-                    .copy_from_slice(old.slot(i, 0, len));
-            }
-            self.meta[k] = m;
-        }
-        let SendBuffer { chunks, pool, .. } = old;
-        self.chunks = chunks;
-        self.pool = pool;
-    }
-
-    /// A copy of this buffer's state with an empty ring of `ring` slots (head at slot 0),
-    /// for [`SendBuffer::reserve`] to lay the packets out again.
-    fn empty_like(&self, ring: usize) -> SendBuffer {
-        SendBuffer {
-            slot_size: self.slot_size,
-            cap: self.cap,
-            max_cap: self.max_cap,
-            ring,
-            data: self.pages_for(ring),
-            page_shift: self.page_shift,
-            data_bytes: 0,
-            meta: vec![EMPTY; ring],
-            base: self.base,
-            head: 0,
-            len: self.len,
-            sent: self.sent,
-            retransmitted: self.retransmitted,
-            bytes: self.bytes,
-            next_msg: self.next_msg,
-            chunks: VecDeque::new(),
-            chunk_base: self.chunk_base,
-            pool: Vec::new(),
-            pool_bytes: self.pool_bytes,
-            pressure: self.pressure.clone(),
-        }
-    }
-
-    /// Doubles a ring of whole pages in place (see [`SendBuffer::reserve`]).
-    fn grow_in_place(&mut self) {
-        let (old, per) = (self.ring, 1usize << self.page_shift);
-        let old_pages = old / per;
-        let fresh = self.pages_for(old);
-        self.data.extend(fresh);
-        self.meta.resize(2 * old, EMPTY);
-        self.ring = 2 * old;
-        // Packets at slots before the head had wrapped: they now belong `old` slots on.
+        let old = self.ring;
         let wrapped = (self.head + self.len).saturating_sub(old);
-        let head_page = self.head / per;
-        for p in 0..head_page {
-            self.data.swap(p, p + old_pages);
+        if wrapped > 0 && old + wrapped > ring {
+            self.meta.rotate_left(self.head);
+            self.head = 0;
         }
-        for j in 0..head_page * per {
-            self.meta[j + old] = std::mem::replace(&mut self.meta[j], EMPTY);
+        self.meta.resize(ring, EMPTY);
+        if self.head > 0 && wrapped > 0 {
+            self.meta.copy_within(0..wrapped, old);
         }
-        for j in head_page * per..self.head {
-            let m = std::mem::replace(&mut self.meta[j], EMPTY);
-            if j < wrapped && m.chunk == IN_RING {
-                let len = m.len as usize;
-                let (p, q) = (j >> self.page_shift, (j + old) >> self.page_shift);
-                let o = (j & (per - 1)) * self.slot_size;
-                // The page the packets move to is a new one (allocated on this write).
-                self.slot_mut(j + old, 0, 1);
-                let (a, b) = self.data.split_at_mut(q);
-                b[0][o..o + len].copy_from_slice(&a[p][o..o + len]);
-            }
-            self.meta[j + old] = m;
+        self.ring = ring;
+    }
+
+    /// Counts one more packet in the last chunk (the one [`SendBuffer::log_append`] wrote).
+    fn count_in_last_chunk(&mut self) {
+        if let Some((_, n)) = self.chunks.back_mut() {
+            *n += 1;
         }
     }
 }
@@ -829,17 +781,21 @@ mod tests {
 
     proptest::proptest! {
         /// Any mix of copied writes, chunks, shared bytes, sends, acknowledgements and growth holds exactly
-        /// the bytes written and not yet acknowledged, in order.
+        /// the bytes written and not yet acknowledged, in order, and gives its memory back
+        /// once idle.
         #[test]
         fn ring_and_chunk_packets_hold_the_stream(
             ops in proptest::collection::vec((0u8..4, 1usize..40), 1..60),
             small_pages in proptest::bool::ANY,
+            cap in 2usize..6,
+            max_cap in 8usize..70,
         ) {
             let isn = SeqNo::new(SeqNo::MAX - 20);
-            let mut b = SendBuffer::new(5, 4, 64, isn);
+            // Capacities that are not powers of two make the last growth rotate the ring.
+            let mut b = SendBuffer::new(5, cap, max_cap, isn);
             if small_pages {
-                // Pages of two slots: the ring grows in place from 4 slots on.
-                b.page_shift = 1;
+                // Log pages of two packets.
+                b.log_page = 10;
             }
             let mut stream: Vec<u8> = Vec::new();
             let mut acked = 0usize;
@@ -888,6 +844,13 @@ mod tests {
                 proptest::prop_assert_eq!(held(&b), stream[acked..].to_vec());
                 proptest::prop_assert_eq!(b.bytes() as usize, stream.len() - acked);
             }
+            while b.unsent() > 0 {
+                let s = b.next_unsent();
+                b.mark_sent(s, 1, false);
+            }
+            b.ack(b.base().add(b.len() as u32));
+            b.release_idle();
+            proptest::prop_assert_eq!(b.held_bytes(), 0);
         }
     }
 
@@ -932,6 +895,32 @@ mod tests {
         b.push_message(b"again", 3).unwrap();
         assert_eq!(b.ring, 128);
         assert_eq!(b.get(b.base()).unwrap().1, b"again");
+    }
+
+    #[test]
+    fn small_messages_are_packed_one_after_another() {
+        let mut b = SendBuffer::new(1456, 1 << 14, 1 << 14, SeqNo::new(0));
+        for k in 0..10_000u32 {
+            let mut m = [0u8; 64];
+            m[..4].copy_from_slice(&k.to_be_bytes());
+            b.push_message(&m, 0).unwrap();
+        }
+        // 640,000 bytes of payload in 64 KiB pages, where a slot each would take 14.6 MB.
+        let pages = 640_000usize.div_ceil(b.log_page - b.log_page % 64);
+        let meta = b.ring * std::mem::size_of::<SlotMeta>();
+        assert_eq!(b.held_bytes(), pages * b.log_page + meta);
+        assert!(b.held_bytes() < 2 << 20, "{}", b.held_bytes());
+        for k in 0..10_000u32 {
+            let (m, p) = b.get(SeqNo::new(k)).unwrap();
+            assert_eq!((m.pos, p.len()), (PacketPosition::Solo, 64));
+            assert_eq!(p[..4], k.to_be_bytes());
+        }
+        // A message longer than a packet is cut into full packets across pages.
+        b.push_message(&[9u8; 3000], 0).unwrap();
+        let lens: Vec<_> = (10_000..10_003)
+            .map(|s| b.get(SeqNo::new(s)).unwrap().1.len())
+            .collect();
+        assert_eq!(lens, [1456, 1456, 88]);
     }
 
     #[test]
