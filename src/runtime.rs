@@ -25,9 +25,10 @@
 use crate::datapath::{
     Datapath, DatapathStats, RxBatch, RxSplit, Tx, TxGather, Waker, MAX_UDP_PAYLOAD, SPLIT_HEAD,
 };
+use rustc_hash::FxHashMap;
 use slipstream_proto::conn::{Connection, Event, State as ConnState};
 use slipstream_proto::endpoint::{ConnId, Endpoint, PayloadRef};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -118,8 +119,8 @@ pub(crate) struct State {
     /// The condition variable of each connection handle: its threads wait on it, and the
     /// I/O thread wakes those of the connections something happened to, not every thread
     /// of the endpoint (a thousand connections each with a reader would wake a thousand
-    /// threads per event).
-    pub conds: HashMap<ConnId, ConnWaiters>,
+    /// threads per event). Fx-hashed: the ids are the endpoint's own random draws.
+    pub conds: FxHashMap<ConnId, ConnWaiters>,
     /// Connection handles registered with a [`crate::poll::Poller`].
     pub polled: usize,
 }
@@ -382,7 +383,7 @@ pub(crate) fn spawn(
             max_mss,
             io_done: None,
             dp_stats: DatapathStats::default(),
-            conds: HashMap::new(),
+            conds: FxHashMap::default(),
             polled: 0,
         }),
         cond: Condvar::new(),

@@ -40,6 +40,7 @@ use crate::wire::{
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+use rustc_hash::FxHashMap;
 use serde::Serialize;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
@@ -304,7 +305,10 @@ pub struct Endpoint {
     /// Shared with every connection's buffers: set while over the budget.
     pressure: Pressure,
 
-    index: HashMap<u32, usize>,
+    /// Socket id to index in `conns`. Hashed with Fx, not SipHash: the ids are drawn by
+    /// this endpoint at random, so a peer cannot pick colliding ones, and the index is read
+    /// for every datagram in and out.
+    index: FxHashMap<u32, usize>,
     by_peer: HashMap<(SocketAddr, u32), u32>,
     listener: Option<ConnConfig>,
     rng: SmallRng,
@@ -337,7 +341,7 @@ impl Endpoint {
             pressure: Pressure::default(),
             rx_share: RxShare::new(rx_queue),
 
-            index: HashMap::new(),
+            index: FxHashMap::default(),
             by_peer: HashMap::new(),
             listener: None,
             rng,
