@@ -1317,18 +1317,21 @@ impl Connection {
 
     /// When the last packet is sent again, once, if nothing was acknowledged for two round
     /// trips and a SYN interval (the receiver's ACK period) after the last packet sent, with
-    /// nothing else to send (a tail-loss probe, as TCP's). A lost tail leaves the receiver no
-    /// later packet to find the hole by, so only the RTO repaired it, 300 ms at least: a
-    /// third of a second at the end of a 10 ms transfer, and twice that when the
-    /// retransmission was lost too. The probe, or the hole it reveals, is repaired in a round
-    /// trip. Only with a measured RTT, and not in live mode (whose losses are too late to
-    /// repair by then).
+    /// nothing else that may be sent (a tail-loss probe, as TCP's): no new data, or the
+    /// receiver's window full. A lost tail leaves the receiver no later packet to find the hole by, so only
+    /// the RTO repaired it, 300 ms at least: a third of a second at the end of a 10 ms
+    /// transfer, and twice that when the retransmission was lost too. A connection whose
+    /// window is a packet or two (its share of a receive queue that a thousand connections
+    /// share) is in that state whenever the kernel drops what it has in flight, and with
+    /// backed-off RTOs moved a few packets in five seconds while the others moved hundreds.
+    /// The probe, or the hole it reveals, is repaired in a round trip. Only with a measured
+    /// RTT, and not in live mode (whose losses are too late to repair by then).
     fn tail_probe_deadline_us(&self) -> Option<u64> {
         (!self.tail_probed
             && self.rtt_sampled
             && self.cfg.mode != Mode::Live
             && self.sbuf.in_flight() > 0
-            && self.sbuf.unsent() == 0
+            && (self.sbuf.unsent() == 0 || !self.peer_window_open())
             && self.snd_loss.is_empty())
         .then(|| self.rto_base_us.max(self.last_data_us) + 2 * self.srtt_us + SYN_INTERVAL_US)
     }

@@ -104,8 +104,13 @@ impl Connection {
     /// wait for the receiving application: counting the advertised room from them overran a
     /// receiver whose application fell behind.
     fn window_open(&self) -> bool {
-        self.in_network() < self.window()
-            && self.sbuf.in_flight() < self.peer_window as usize
+        self.in_network() < self.window() && self.peer_window_open()
+    }
+
+    /// Whether a new packet lies within the receiver's advertised window (see
+    /// [`Connection::window_open`], which adds the congestion window).
+    pub(super) fn peer_window_open(&self) -> bool {
+        self.sbuf.in_flight() < self.peer_window as usize
             && self
                 .peer_edge
                 .is_none_or(|edge| self.sbuf.next_unsent().lt(edge))
