@@ -97,15 +97,20 @@ impl Conns {
             if let Ok(st) = c.stats() {
                 eprintln!(
                     "  {side} conn {id}: sent {} B, received {} B, period {:.1} us, rtt {:.2} ms, \
-                     in flight {}, lost {} (sent) {} (received), send buffer {} of {}, receive \
+                     in flight {} (window {}), lost {} (sent) {} (received), retransmitted {}, \
+                     timeouts {}, tail probes {}, send buffer {} of {}, receive \
                      buffer {} of {}, buffer memory {} KiB",
                     st.bytes_sent_unique,
                     st.bytes_recv_unique,
                     st.send_period_us,
                     st.rtt_ms,
                     st.pkts_in_flight,
+                    st.flow_window_pkts,
                     st.pkts_snd_loss,
                     st.pkts_rcv_loss,
+                    st.pkts_retransmitted,
+                    st.timeouts,
+                    st.tail_probes,
                     st.snd_buf_pkts,
                     st.snd_buf_cap_pkts,
                     st.rcv_buf_pkts,
