@@ -127,7 +127,8 @@ pub fn read_answer<T>(
         match conn.recv_timeout(&mut piece[..want], left) {
             Ok(0) => return Err("the receiver closed the connection before it started".into()),
             Ok(k) => b.extend_from_slice(&piece[..k]),
-            Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+            // As in `read_verdict_from`: only the wait running out is the wait's fault.
+            Err(e) if e.kind() == io::ErrorKind::TimedOut && Instant::now() >= deadline => {
                 return Err(format!(
                     "the receiver sent no {what} for {} s",
                     VERDICT_WAIT.as_secs()
@@ -210,7 +211,10 @@ fn read_verdict_from(conn: &Connection, mut b: Vec<u8>) -> Result<(), String> {
                         ))
                     }
                     Ok(k) => b.extend_from_slice(&piece[..k]),
-                    Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+                    // The wait ran out (a receiver still connected but silent). A connection
+                    // that ended meanwhile (the receiver stopped answering: an idle timeout
+                    // is a `TimedOut` too) says why below.
+                    Err(e) if e.kind() == io::ErrorKind::TimedOut && Instant::now() >= deadline => {
                         return Err(format!(
                             "no verdict from the receiver {} s after it acknowledged \
                              everything (it did not say whether it kept the file)",
