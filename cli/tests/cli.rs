@@ -213,7 +213,11 @@ fn live_relay_file_to_srt_to_file() {
         got.len(),
         data.len()
     );
-    assert!(tx_err.contains("nothing dropped or lost"), "{tx_err}");
+    // The sender cannot vouch for what the receiver gave up after acknowledging it.
+    assert!(
+        tx_err.contains("nothing dropped by this sender"),
+        "{tx_err}"
+    );
     assert!(rx_err.contains("nothing dropped or lost"), "{rx_err}");
     let _ = std::fs::remove_dir_all(&dir);
 }

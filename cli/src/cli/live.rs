@@ -969,7 +969,14 @@ fn summarize(
         );
         lost += t.pkts_rcv_dropped + t.pkts_rcv_snd_dropped + t.pkts_unread_at_close;
     }
-    if lost == 0 {
+    if lost == 0 && rcv.is_none() && snd.is_some() {
+        // A live receiver acknowledges past what it gives up as too late: all acknowledged
+        // is not all delivered, and only the receiver can say what it lost.
+        eprintln!(
+            "  result: nothing dropped by this sender, every packet acknowledged (the \
+             receiver acknowledges what it gives up as too late too: its summary tells)"
+        );
+    } else if lost == 0 {
         eprintln!("  result: nothing dropped or lost");
     } else {
         eprintln!("  result: LOSS: {lost} messages dropped or lost (see above)");
