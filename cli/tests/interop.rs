@@ -152,6 +152,12 @@ fn file_slipstream_sends_to_srt_file_transmit() {
     );
 }
 
+/// srt-file-transmit (libsrt 1.5.1) sends a file to `slipstream recv`, byte-exact. OUT is
+/// named, not a directory to be filled under the sender's stream id: srt-file-transmit
+/// leaves the stream id out of its conclusion handshake now and then (2 runs in 30 under
+/// load here; its 88-byte conclusion carried HSREQ and the congestion type only, where the
+/// others carried the file name too), and slipstream then rightly refuses to guess a name.
+/// Reading libsrt's stream id is tested on a captured conclusion (proto/tests/captures.rs).
 #[test]
 fn file_srt_file_transmit_sends_to_slipstream() {
     let _serial = serial();
@@ -167,7 +173,7 @@ fn file_srt_file_transmit_sends_to_slipstream() {
         Command::new(SLIPSTREAM)
             .args(["recv", "--quiet"])
             .arg(format!("srt://:{p}"))
-            .arg(dir.join("out")),
+            .arg(dir.join("out/movie.ts")),
     );
     std::thread::sleep(Duration::from_millis(400));
     let tx = Proc::spawn(
@@ -188,8 +194,7 @@ fn file_srt_file_transmit_sends_to_slipstream() {
     }
     let (ok, out) = finish(rx, Duration::from_secs(15));
     assert!(ok, "slipstream recv failed:\n{}", clip(&out));
-    let got = std::fs::read(dir.join("out/movie.ts"))
-        .expect("slipstream named the file after the stream id");
+    let got = std::fs::read(dir.join("out/movie.ts")).expect("slipstream wrote OUT");
     assert!(
         got == data,
         "content differs ({} of {} bytes)",
