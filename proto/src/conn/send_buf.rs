@@ -217,28 +217,25 @@ impl SendBuffer {
             .next_power_of_two()
     }
 
-    /// Copies `bytes` (at most a packet's) into the log: into the last chunk if it is a
-    /// log page with room, else into a fresh page. Returns the chunk's number and the
-    /// offset of the bytes in it; the caller counts the packet in the chunk.
+    /// Copies `bytes` (at most a packet's) into the log, as one more packet of its page:
+    /// into the last chunk if it is a log page with room, else into a fresh page. Returns
+    /// the chunk's number and the offset of the bytes in it.
     fn log_append(&mut self, bytes: &[u8]) -> (u64, u32) {
-        let fits = matches!(self.chunks.back(),
-            Some((Held::Log(p), _)) if p.len() + bytes.len() <= self.log_page);
-        if !fits {
-            let page = self.log_spare.pop().unwrap_or_else(|| {
-                self.log_bytes += self.log_page;
-                Vec::with_capacity(self.log_page)
-            });
-            self.chunks.push_back((Held::Log(page), 0));
-        }
-        let id = self.chunk_base + self.chunks.len() as u64 - 1;
-        match self.chunks.back_mut() {
-            Some((Held::Log(p), _)) => {
-                let off = p.len() as u32;
-                p.extend_from_slice(bytes);
-                (id, off)
+        let (mut page, pkts) = match self.chunks.pop_back() {
+            Some((Held::Log(p), n)) if p.len() + bytes.len() <= self.log_page => (p, n),
+            other => {
+                self.chunks.extend(other);
+                let page = self.log_spare.pop().unwrap_or_else(|| {
+                    self.log_bytes += self.log_page;
+                    Vec::with_capacity(self.log_page)
+                });
+                (page, 0)
             }
-            _ => unreachable!("a log page was just made the last chunk"),
-        }
+        };
+        let off = page.len() as u32;
+        page.extend_from_slice(bytes);
+        self.chunks.push_back((Held::Log(page), pkts + 1));
+        (self.chunk_base + self.chunks.len() as u64 - 1, off)
     }
 
     /// Payload bytes a packet carries at most.
@@ -445,7 +442,6 @@ impl SendBuffer {
         while !data.is_empty() && self.len < limit {
             let n = self.slot_size.min(data.len());
             let (chunk, off) = self.log_append(&data[..n]);
-            self.count_in_last_chunk();
             self.append_stream_packet(n, chunk, off, now_us);
             data = &data[n..];
         }
@@ -468,7 +464,6 @@ impl SendBuffer {
             let part = &msg
                 [(k * self.slot_size).min(msg.len())..((k + 1) * self.slot_size).min(msg.len())];
             let (chunk, off) = self.log_append(part);
-            self.count_in_last_chunk();
             let i = self.idx(self.len);
             let pos = match (k == 0, k + 1 == pkts) {
                 (true, true) => PacketPosition::Solo,
@@ -615,13 +610,6 @@ impl SendBuffer {
             self.meta.copy_within(0..wrapped, old);
         }
         self.ring = ring;
-    }
-
-    /// Counts one more packet in the last chunk (the one [`SendBuffer::log_append`] wrote).
-    fn count_in_last_chunk(&mut self) {
-        if let Some((_, n)) = self.chunks.back_mut() {
-            *n += 1;
-        }
     }
 }
 
