@@ -629,7 +629,7 @@ impl Endpoint {
             return;
         };
         if let Packet::Data(..) = pkt {
-            self.share_window(now, i);
+            self.share_window(now, received, i);
         }
         let c = &mut self.conns[i];
         let was_connecting = c.peer_id() == 0;
@@ -688,19 +688,20 @@ impl Endpoint {
         let Some(i) = self.conn_for(h.dst_socket, remote) else {
             return;
         };
-        self.share_window(now, i);
+        self.share_window(now, received, i);
         self.conns[i].handle_data_owned(now, received.min(now), &h, payload, len);
         self.touch(i);
     }
 
-    /// Connection `i` receives a data packet: it may advertise its share of the socket's
-    /// receive queue at most.
-    fn share_window(&mut self, now: Instant, i: usize) {
+    /// Connection `i` receives a data packet that arrived at `received`: it may advertise
+    /// its share of the socket's receive queue at most.
+    fn share_window(&mut self, now: Instant, received: Instant, i: usize) {
         let c = &mut self.conns[i];
         let slot = c.recv_slot_size();
+        let wait = now.saturating_duration_since(received);
         let share = self
             .rx_share
-            .on_data(now, &mut self.sched[i].rx_epoch, slot);
+            .on_data(now, wait, &mut self.sched[i].rx_epoch, slot);
         c.set_window_share(share);
     }
 
