@@ -274,6 +274,8 @@ pub struct Connection {
     /// retransmission on its way. [`Self::srtt_us`] smooths the peer's already smoothed
     /// figure a second time and trails it by a dozen ACKs when a queue builds.
     peer_rtt_bound_us: u64,
+    /// When the last ACKACK was queued (µs) and the ACK number it confirmed.
+    last_ackack: Option<(u64, u32)>,
     /// The least of this end's own round-trip samples (handshake, ACK to ACKACK) over the
     /// last [`MIN_RTT_WINDOW_US`], and when it was taken: the path's round trip without the
     /// queues along it, which sizes the receive buffer.
@@ -433,6 +435,7 @@ impl Connection {
             rttvar_us: INITIAL_RTTVAR_US,
             rtt_sampled: false,
             peer_rtt_bound_us: 0,
+            last_ackack: None,
             min_rtt: None,
             next_ack_tick: SYN_INTERVAL_US,
             ack_tick_asleep: false,

@@ -319,9 +319,18 @@ impl Connection {
         self.acked_for_rate.1 += bytes;
         if let Some(info) = a.info {
             self.stats.acks_recv += 1;
-            if self.pending.ackack_len < self.pending.ackacks.len() {
+            // An ACKACK at most once per SYN interval, or again for an ACK repeated (as libsrt
+            // does): the receiver takes one RTT sample from it. A receiver whose application
+            // reads as data arrive sends a full ACK for every packet or two that reopens its
+            // window, and answering each doubled the control datagrams (100 streams over
+            // loopback: two control datagrams for every data packet).
+            let due = self.last_ackack.is_none_or(|(at, no)| {
+                now_us.saturating_sub(at) >= SYN_INTERVAL_US || no == a.ack_no
+            });
+            if due && self.pending.ackack_len < self.pending.ackacks.len() {
                 self.pending.ackacks[self.pending.ackack_len] = a.ack_no;
                 self.pending.ackack_len += 1;
+                self.last_ackack = Some((now_us, a.ack_no));
             }
             // The receiver's estimate; before our first sample, not its placeholder (the
             // initial 100 ms it reports until its own first ACKACK), which would then take
