@@ -155,7 +155,8 @@
 //! only the retransmissions the engine queued go out, then the window returns to its target.
 //!
 //! **Bounds.** A configured maximum bandwidth ([`CcContext::max_bw_bps`]) caps the bandwidth
-//! used, as in the other controllers (`period >= MSS × 1e6 / max_bw_bps`, times the probe
+//! used, as in the other controllers (`period >= packet × 1e6 / max_bw_bps`, where a packet is the
+//! MSS, or for smaller packets their mean payload plus headers; times the probe
 //! pairs' 16/15, so that the rate is the cap), and where it binds (the estimate is within 3 %
 //! of it) ProbeBW cruises at it instead of cycling its gains. The period stays in
 //! [1, 1e6] µs and the window in [4, 2 × flow window] packets; zero or absurd inputs never
@@ -164,7 +165,7 @@
 //! Not implemented from BBR v1: the early end of the 1.25 / 0.75 phases by in-flight, since
 //! the engine gives no exact in-flight.
 
-use super::{finite_or, flow_window, mss, syn_us, unit_from_seq};
+use super::{finite_or, flow_window, packet_bytes, syn_us, unit_from_seq, PROBE_PAIR_FACTOR};
 use super::{CcContext, CcControl, CongestionControl};
 use crate::seq::SeqNo;
 use std::collections::VecDeque;
@@ -255,8 +256,6 @@ pub const PROBE_MIN_PKTS: f64 = 3.0;
 pub const MIN_PERIOD_US: f64 = 0.25;
 /// Largest sending period in µs (one packet per second).
 pub const MAX_PERIOD_US: f64 = 1_000_000.0;
-/// The engine sends 16 packets per 15 periods (probe pairs); the period is scaled by this.
-const PROBE_PAIR_FACTOR: f64 = 16.0 / 15.0;
 /// A configured cap binds once the bandwidth estimate reaches this share of it: the
 /// estimate of a path held at the cap reads a little under it.
 const CAP_BINDS: f64 = 0.97;
@@ -628,7 +627,7 @@ impl Bbr {
     fn bw_eff(&self, ctx: &CcContext) -> f64 {
         let bw = self.btl_bw_pps();
         if ctx.max_bw_bps > 0 {
-            bw.min(ctx.max_bw_bps as f64 / mss(ctx))
+            bw.min(ctx.max_bw_bps as f64 / packet_bytes(ctx))
         } else {
             bw
         }
@@ -967,8 +966,8 @@ impl Bbr {
         // Where the cap binds (the path carried about as much), ProbeBW cruises at it: the
         // 1.25 phase would be clipped to it and the 0.75 phase, left as it is, would take
         // the average below it (by 0.7 %, measured), draining a queue nothing built.
-        let capped =
-            ctx.max_bw_bps > 0 && self.btl_bw_pps() * mss(ctx) >= CAP_BINDS * ctx.max_bw_bps as f64;
+        let capped = ctx.max_bw_bps > 0
+            && self.btl_bw_pps() * packet_bytes(ctx) >= CAP_BINDS * ctx.max_bw_bps as f64;
         let gain = if capped && self.state == BbrState::ProbeBw {
             1.0
         } else {
@@ -982,7 +981,8 @@ impl Bbr {
         let mut min_period = MIN_PERIOD_US;
         if ctx.max_bw_bps > 0 {
             // Probe pairs send 16 packets in 15 periods: at this period, exactly the cap.
-            min_period = min_period.max(mss(ctx) * 1e6 / ctx.max_bw_bps as f64 * PROBE_PAIR_FACTOR);
+            min_period =
+                min_period.max(packet_bytes(ctx) * 1e6 / ctx.max_bw_bps as f64 * PROBE_PAIR_FACTOR);
         }
         let min_period = finite_or(min_period, MIN_PERIOD_US).min(MAX_PERIOD_US);
         ctl.send_period_us = finite_or(period, min_period).clamp(min_period, MAX_PERIOD_US);
@@ -1892,6 +1892,32 @@ mod tests {
             periods[50..].iter().all(|&p| (p - bound).abs() < 1e-6),
             "{periods:?}"
         );
+    }
+
+    #[test]
+    fn max_bandwidth_counts_small_packets_at_their_size() {
+        let (mut cc, mut ctl) = started(&ctx(0));
+        let mut c = ctx(0);
+        // 108,000 B/s: 1,000 packets a second of 64-byte messages (plus 44 bytes of headers);
+        // counted as full 1500-byte packets it allowed 72.
+        c.max_bw_bps = 108_000;
+        c.avg_payload = 64;
+        let mut periods = Vec::new();
+        for _ in 0..100 {
+            c = run(&mut cc, &mut ctl, c, 10_000, 10);
+            periods.push(ctl.send_period_us);
+        }
+        let bound = 1_000.0 * PROBE_PAIR_FACTOR;
+        assert!(periods.iter().all(|&p| p >= bound - 1e-9), "{periods:?}");
+        assert!(
+            periods[50..].iter().all(|&p| (p - bound).abs() < 1e-6),
+            "{periods:?}"
+        );
+        // Full packets, or none acknowledged yet: the MSS.
+        c.avg_payload = 1456;
+        assert_eq!(super::super::packet_bytes(&c), 1500.0);
+        c.avg_payload = 0;
+        assert_eq!(super::super::packet_bytes(&c), 1500.0);
     }
 
     #[derive(Debug, Clone)]

@@ -70,6 +70,10 @@ pub struct CcContext {
     /// path. A transfer that opens with a few bytes and then waits (for the peer's answer, or
     /// while it reads) is application-limited until its data follows.
     pub app_limited: bool,
+    /// Mean payload of the packets lately acknowledged, bytes (0: none yet). Small messages
+    /// travel in packets far below the MSS; a maximum bandwidth in bytes turns into packets
+    /// by this, not by the MSS.
+    pub avg_payload: u32,
 }
 
 /// What a controller sets. The engine reads it after every handler returns.
@@ -186,6 +190,23 @@ pub(crate) fn mss(ctx: &CcContext) -> f64 {
     }
 }
 
+/// The engine sends 16 packets per 15 periods (the first of every SRT probe pair goes
+/// back to back with the next): a period meant as a rate is scaled by this.
+pub(crate) const PROBE_PAIR_FACTOR: f64 = 16.0 / 15.0;
+
+/// Bytes a data packet takes on the wire, for turning a maximum bandwidth into packets: the
+/// MSS for full packets; for smaller ones their mean payload plus the headers (the MSS less
+/// the full payload). With the MSS alone, a 10 Mbit/s cap let 64-byte messages through at
+/// 0.6 Mbit/s.
+pub(crate) fn packet_bytes(ctx: &CcContext) -> f64 {
+    let full = mss(ctx);
+    if ctx.avg_payload == 0 || ctx.payload_size == 0 || ctx.mss < ctx.payload_size {
+        return full;
+    }
+    let headers = f64::from(ctx.mss - ctx.payload_size);
+    (f64::from(ctx.avg_payload) + headers).min(full)
+}
+
 /// The peer's flow window in packets, or SRT's default when unknown.
 pub(crate) fn flow_window(ctx: &CcContext) -> f64 {
     if ctx.flow_window > 0 {
@@ -229,6 +250,7 @@ pub(crate) fn test_context(rtt_ms: u64, rtt_var_ms: u64, bandwidth_pps: u32) -> 
         input_rate_bps: 0,
         send_lag_us: 0,
         app_limited: false,
+        avg_payload: 0,
     }
 }
 

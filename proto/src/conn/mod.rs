@@ -551,6 +551,7 @@ impl Connection {
             input_rate_bps: self.input_rate.rate_bps,
             send_lag_us: self.send_lag_us,
             app_limited: self.sbuf.unsent() == 0,
+            avg_payload: u32::try_from(self.acked_payload).unwrap_or(u32::MAX),
         }
     }
 
