@@ -124,6 +124,30 @@ fn stream_with_open(p: &mut Pair, ca: ConnId, cb: ConnId, data: &[u8]) -> usize 
     got
 }
 
+/// One step of the backlogged scenarios: the calling side reads what the listener sent,
+/// both ends run their due timers, and every caller's send buffer is filled with `chunk`.
+fn acks_timers_and_backlog(
+    p: &mut Pair,
+    now: Instant,
+    callers: &[ConnId],
+    chunk: &[u8],
+    dgram: &mut [u8],
+) {
+    let b_addr = p.b_addr;
+    while let Some(len) = p.ba.poll_deliver(now, dgram) {
+        p.a.handle(now, b_addr, &dgram[..len]);
+    }
+    for ep in [&mut p.a, &mut p.b] {
+        if ep.poll_timeout().is_some_and(|t| t <= now) {
+            ep.handle_timeout(now);
+        }
+    }
+    for &id in callers {
+        let c = p.a.conn(id).expect("caller");
+        while c.send(now, chunk).is_ok_and(|k| k > 0) {}
+    }
+}
+
 /// `n` backlogged stream connections on one endpoint that sends at most `budget`
 /// datagrams per 100 µs wake-up (a CPU-bound I/O thread), over a clean 0.1 ms path: the
 /// bytes each delivers in `secs` of virtual time after a second's warm-up.
@@ -139,7 +163,7 @@ fn shares(seed: u64, n: usize, budget: usize, secs: u64) -> Vec<f64> {
     let mut buf = vec![0u8; 1 << 16];
     let mut dgram = vec![0u8; 2048];
     let mut got = vec![0u64; n];
-    let (a_addr, b_addr) = (p.a_addr, p.b_addr);
+    let a_addr = p.a_addr;
     let tick = Duration::from_micros(100);
     let warm = p.now + Duration::from_secs(1);
     let end = warm + Duration::from_secs(secs);
@@ -149,18 +173,7 @@ fn shares(seed: u64, n: usize, budget: usize, secs: u64) -> Vec<f64> {
         while let Some(len) = p.ab.poll_deliver(now, &mut dgram) {
             p.b.handle(now, a_addr, &dgram[..len]);
         }
-        while let Some(len) = p.ba.poll_deliver(now, &mut dgram) {
-            p.a.handle(now, b_addr, &dgram[..len]);
-        }
-        for ep in [&mut p.a, &mut p.b] {
-            if ep.poll_timeout().is_some_and(|t| t <= now) {
-                ep.handle_timeout(now);
-            }
-        }
-        for &id in &callers {
-            let c = p.a.conn(id).expect("caller");
-            while c.send(now, &chunk).is_ok_and(|k| k > 0) {}
-        }
+        acks_timers_and_backlog(&mut p, now, &callers, &chunk, &mut dgram);
         for (k, &id) in accepted.iter().enumerate() {
             let c = p.b.conn(id).expect("listener side");
             while let Ok(m) = c.recv(&mut buf) {
@@ -383,7 +396,7 @@ fn reader_bound(seed: u64, secs: u64) -> ReaderBound {
     let mut socket: VecDeque<(Instant, Vec<u8>)> = VecDeque::new();
     let (mut queued, mut credit) = (0usize, 0.0);
     let (mut waits, mut idle) = (Vec::new(), 0.0);
-    let (a_addr, b_addr) = (p.a_addr, p.b_addr);
+    let a_addr = p.a_addr;
     let tick = Duration::from_micros(100);
     let warm = p.now + Duration::from_secs(1);
     let end = warm + Duration::from_secs(secs);
@@ -412,18 +425,7 @@ fn reader_bound(seed: u64, secs: u64) -> ReaderBound {
             }
             p.b.handle_at(now, at, a_addr, &d);
         }
-        while let Some(len) = p.ba.poll_deliver(now, &mut dgram) {
-            p.a.handle(now, b_addr, &dgram[..len]);
-        }
-        for ep in [&mut p.a, &mut p.b] {
-            if ep.poll_timeout().is_some_and(|t| t <= now) {
-                ep.handle_timeout(now);
-            }
-        }
-        for &id in &callers {
-            let c = p.a.conn(id).expect("caller");
-            while c.send(now, &chunk).is_ok_and(|k| k > 0) {}
-        }
+        acks_timers_and_backlog(&mut p, now, &callers, &chunk, &mut dgram);
         for &id in &accepted {
             let c = p.b.conn(id).expect("listener side");
             while c.recv(&mut buf).is_ok_and(|m| m > 0) {}
