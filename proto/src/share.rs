@@ -130,10 +130,15 @@ impl RxShare {
 
     /// The end of a budget interval of `elapsed`: cut the budget to what the endpoint read in
     /// [`CUT_TO`] if every datagram waited longer than [`QUEUE_TARGET`], grow it by
-    /// [`GROWTH`] otherwise.
+    /// [`GROWTH`] otherwise; leave it if a pause stretched the interval.
     fn reconsider_budget(&mut self, queue: usize, elapsed: Duration) {
         let floor = MIN_BUDGET.min(queue);
-        let next = if self.min_wait.is_some_and(|w| w > QUEUE_TARGET) {
+        // An interval that a pause in the data stretched tells nothing of the reading rate
+        // (a burst, then ten quiet seconds, would read as a trickle and cut to the floor).
+        let stale = elapsed > 2 * BUDGET_INTERVAL;
+        let next = if stale {
+            self.budget
+        } else if self.min_wait.is_some_and(|w| w > QUEUE_TARGET) {
             let rate = self.read_bytes as f64 / elapsed.as_secs_f64().max(1e-6);
             ((rate * CUT_TO.as_secs_f64()) as usize).min(self.budget)
         } else {
@@ -245,6 +250,14 @@ mod tests {
         // The cut of a standing queue at 1.3 GB/s is 10 ms of it, 13 MB.
         let (_, t) = interval(&mut s, t, ms(5), 1000, slot);
         let (share, t) = interval(&mut s, t, ms(5), 1000, slot);
+        assert_eq!(
+            share as usize,
+            pkts(1000 * 20 * (slot + DATAGRAM_OVERHEAD) / 100)
+        );
+        // A standing queue, then a pause of ten seconds: the stretched interval is not
+        // judged (read as a trickle, it would have cut to the floor).
+        let (_, t) = interval(&mut s, t, ms(5), 1000, slot);
+        let (share, t) = interval(&mut s, t + Duration::from_secs(10), ms(5), 1000, slot);
         assert_eq!(
             share as usize,
             pkts(1000 * 20 * (slot + DATAGRAM_OVERHEAD) / 100)
