@@ -97,8 +97,9 @@ impl Conns {
             if let Ok(st) = c.stats() {
                 eprintln!(
                     "  {side} conn {id}: sent {} B, received {} B, period {:.1} us, rtt {:.2} ms, \
-                     in flight {} (window {}), lost {} (sent) {} (received), retransmitted {}, \
-                     timeouts {}, tail probes {}, send buffer {} of {}, receive \
+                     in flight {} (window {}), data packets {} sent {} received, full ACKs {} \
+                     sent {} received, light ACKs {}, ACKACKs {}, lost {} (sent) {} (received), \
+                     retransmitted {}, timeouts {}, tail probes {}, send buffer {} of {}, receive \
                      buffer {} of {}, buffer memory {} KiB",
                     st.bytes_sent_unique,
                     st.bytes_recv_unique,
@@ -106,6 +107,12 @@ impl Conns {
                     st.rtt_ms,
                     st.pkts_in_flight,
                     st.flow_window_pkts,
+                    st.pkts_sent,
+                    st.pkts_recv,
+                    st.acks_sent,
+                    st.acks_recv,
+                    st.light_acks_sent,
+                    st.ackacks_sent,
                     st.pkts_snd_loss,
                     st.pkts_rcv_loss,
                     st.pkts_retransmitted,
