@@ -1024,10 +1024,16 @@ impl Endpoint {
             extension_field: ext_field,
             initial_seq: hs.initial_seq,
             mss,
-            // What the connection's receive buffer will start with (as its own handshakes say).
-            flow_window: cfg
+            // What the connection's receive buffer will start with (as its own handshakes
+            // say), but no more than its share of the socket's queue were every connection
+            // receiving (see `RxShare::idle_window`).
+            flow_window: (cfg
                 .recv_buffer_pkts(crate::conn::payload_size(mss, remote))
-                .0 as u32,
+                .0 as u32)
+                .min(self.rx_share.idle_window(
+                    crate::conn::payload_size(mss, remote) + crate::wire::HEADER_LEN,
+                    self.conns.len() + 1,
+                )),
             hs_type: HsType::Conclusion,
             socket_id: local_id,
             cookie: hs.cookie,

@@ -250,15 +250,16 @@ fn a_lost_tail_is_repaired_within_a_few_round_trips() {
 #[test]
 fn a_full_window_lost_whole_is_repaired_within_a_few_round_trips() {
     use slipstream_proto::endpoint::{Endpoint, EndpointConfig};
-    use slipstream_proto::share::DATAGRAM_OVERHEAD;
+    use slipstream_proto::share::{DATAGRAM_OVERHEAD, SHARE_OF_BUDGET};
     let s = seed(47);
     let _g = SeedGuard(s);
     let clean = path(5, 0.0, Some(100_000_000));
     let mut p = Pair::new(s, clean.clone(), clean.clone());
-    // A receive queue of two full-size datagrams: the receiver advertises two packets.
+    // A receive queue whose shared part holds two full-size datagrams: the receiver
+    // advertises two packets.
+    let queue = (2.0 * (1500 + DATAGRAM_OVERHEAD) as f64 / SHARE_OF_BUDGET) as usize + 1;
     let mut cfg = EndpointConfig::default();
-    cfg.set_seed(s ^ 0x5a5a)
-        .set_receive_queue(Some(2 * (1500 + DATAGRAM_OVERHEAD)));
+    cfg.set_seed(s ^ 0x5a5a).set_receive_queue(Some(queue));
     p.b = Endpoint::new(cfg, p.now);
     let (ca, cb) = connect(&mut p, file_cfg());
     let data = content(300_000, s);
