@@ -237,6 +237,15 @@ pub const QUEUE_RTT_FACTOR: f64 = 1.5;
 pub const INITIAL_CWND: f64 = 16.0;
 /// Smallest window ever (timeout, ProbeRTT), packets.
 pub const MIN_CWND: f64 = 4.0;
+/// The pace never falls below this many packets a smoothed round trip, what the smallest
+/// ACK-clocked window sends. The estimate of a flow with few packets in flight can collapse
+/// where its samples were taken while the round trip was long and packets were dropped (one
+/// of 1,000 streams over loopback at their start: 2 packets a second, paced a packet every
+/// half second once the round trip was 30 ms again); each of its rare reports then measures
+/// that pace, and it starved for seconds while the others had the rest. On a path narrower
+/// than this, the queue the flow builds raises the round trip until the floor fits it: two
+/// packets waiting at most, as TCP's smallest window leaves.
+pub const MIN_PACE_PKTS: f64 = 2.0;
 /// Packets of slack for light-ACK granularity.
 const ACK_SLACK_PKTS: f64 = 64.0;
 /// A 1.25 probe that raised the estimate by this share of what it asked for (a quarter, or
@@ -973,11 +982,16 @@ impl Bbr {
         } else {
             self.pacing_gain()
         };
-        let period = if bw > 0.0 {
+        let mut period = if bw > 0.0 {
             1e6 / self.pacing_rate(ctx, gain, bw) * PROBE_PAIR_FACTOR
         } else {
             MIN_PERIOD_US
         };
+        // Never slower than MIN_PACE_PKTS a round trip.
+        let rtt_us = ctx.rtt.as_micros() as f64;
+        if rtt_us > 0.0 {
+            period = period.min(rtt_us / MIN_PACE_PKTS);
+        }
         let mut min_period = MIN_PERIOD_US;
         if ctx.max_bw_bps > 0 {
             // Probe pairs send 16 packets in 15 periods: at this period, exactly the cap.
@@ -1896,6 +1910,33 @@ mod tests {
             assert!(
                 periods[50..].iter().all(|&p| (p - bound).abs() < 1e-6),
                 "{max_bw} B/s, {avg_payload} B: {periods:?}"
+            );
+        }
+    }
+
+    /// An estimate that collapsed to two packets a second (see `MIN_PACE_PKTS`) still sends
+    /// two packets a round trip; a configured maximum still binds.
+    #[test]
+    fn a_collapsed_estimate_still_sends_a_window_a_round_trip() {
+        let (mut cc, mut ctl) = started(&ctx(0));
+        let c = run(&mut cc, &mut ctl, ctx(0), 10_000, 3_000);
+        assert_eq!(cc.state, BbrState::ProbeBw);
+        cc.bw_slots = [0.0; BW_WINDOW_ROUNDS];
+        cc.bw_slots[cc.bw_idx] = 2.0;
+        for (rtt_ms, max_bw, want_us) in [
+            (30, 0, 30_000.0 / MIN_PACE_PKTS),
+            (500, 0, 500_000.0 / MIN_PACE_PKTS),
+            // Ten 1,500-byte packets a second at most.
+            (30, 15_000, 1e5 * PROBE_PAIR_FACTOR),
+        ] {
+            let mut c = c;
+            c.rtt = Duration::from_millis(rtt_ms);
+            c.max_bw_bps = max_bw;
+            cc.apply(&c, &mut ctl);
+            assert!(
+                (ctl.send_period_us - want_us).abs() < 1e-6,
+                "rtt {rtt_ms} ms, cap {max_bw} B/s: period {} us, want {want_us}",
+                ctl.send_period_us
             );
         }
     }

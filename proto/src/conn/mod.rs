@@ -274,8 +274,9 @@ pub struct Connection {
     /// retransmission on its way. [`Self::srtt_us`] smooths the peer's already smoothed
     /// figure a second time and trails it by a dozen ACKs when a queue builds.
     peer_rtt_bound_us: u64,
-    /// When the last ACKACK was queued (µs) and the ACK number it confirmed.
-    last_ackack: Option<(u64, u32)>,
+    /// When the last ACKACK was queued (µs), the ACK number it confirmed, and the packets
+    /// acknowledged by then (`pkts_acked`).
+    last_ackack: Option<(u64, u32, u64)>,
     /// The least of this end's own round-trip samples (handshake, ACK to ACKACK) over the
     /// last [`MIN_RTT_WINDOW_US`], and when it was taken: the path's round trip without the
     /// queues along it, which sizes the receive buffer.
