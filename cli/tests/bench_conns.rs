@@ -1,6 +1,6 @@
 //! `slipstream bench conns` end to end: many idle connections, a few bulk streams, each
 //! between two child processes over loopback; the JSON report's keys and sane values. The
-//! thresholds of the release-mode regression tests (`#[ignore]`, run by the test command)
+//! thresholds of the optimized regression tests (`#[ignore]`, run by the test command)
 //! are several times what this machine measures, and far below what the code did before
 //! idle connections became cheap: they catch a relapse, not noise.
 
@@ -162,7 +162,7 @@ fn peer_subcommands_are_hidden() {
 /// measure (about 10,000 set-ups a second, 12-60 KiB and 1 % of a core for 10,000 on this
 /// machine), far from the 38-76 set-ups a second, 14 MB and 28 % of a core of 3,000 before.
 #[test]
-#[ignore = "heavy: 3,000 connections between two processes (release, in the test command)"]
+#[ignore = "heavy: 3,000 connections between two processes (optimized, in the test command)"]
 fn idle_connections_cost_little() {
     let out = conns(&["--n", "3000", "--pattern", "idle", "--secs", "3", "--json"]);
     let v = report(&out);
@@ -179,7 +179,7 @@ fn idle_connections_cost_little() {
 
 /// Two I/O threads a side carry ten streams without losing one.
 #[test]
-#[ignore = "heavy: bulk load between two processes (release, in the test command)"]
+#[ignore = "heavy: bulk load between two processes (optimized, in the test command)"]
 fn two_io_threads_carry_bulk_streams() {
     let out = conns(&[
         "--n",
@@ -203,7 +203,7 @@ fn two_io_threads_carry_bulk_streams() {
 /// One connection of 64-byte messages with the default controller: hundreds of thousands a
 /// second on this machine, where it once moved one a second.
 #[test]
-#[ignore = "heavy: message load between two processes (release, in the test command)"]
+#[ignore = "heavy: message load between two processes (optimized, in the test command)"]
 fn small_messages_move_at_speed() {
     let out = conns(&[
         "--n",

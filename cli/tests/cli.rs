@@ -645,7 +645,7 @@ fn a_source_changed_between_runs_is_sent_again_from_the_change() {
 /// transfer, then the same commands: byte-exact, and the second run sends at most 55 % of
 /// the file. A receiver killed the same way resumes as well.
 #[test]
-#[ignore = "1 GB through a release build; scripts/test.sh runs it"]
+#[ignore = "1 GB through an optimized build; scripts/test.sh runs it"]
 fn a_killed_transfer_of_a_large_file_resumes_from_the_half() {
     let dir = tmpdir("resume-1g");
     let len: usize = 1 << 30;

@@ -417,9 +417,9 @@ fn two_flows_share_fairly() {
 
 /// Prints every scenario for "bbr" and "file" (UDT), the table in docs/benchmarks.md, and
 /// checks its conclusion: under random loss the default controller is far ahead of UDT's.
-/// Heavy (six 40 MB transfers): CI runs it in release with --ignored.
+/// Heavy (six 40 MB transfers): CI runs it optimized with --ignored.
 #[test]
-#[ignore = "benchmark table: CI runs it in release with --ignored"]
+#[ignore = "benchmark table: CI runs it optimized with --ignored"]
 fn compare_with_udt() {
     let s = seed(11);
     let mut lossy = std::collections::HashMap::new();

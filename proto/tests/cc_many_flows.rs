@@ -296,7 +296,7 @@ fn messages_climb_when_the_path_opens() {
 /// all of 160,000 (every connection at 7 to 15 a second). Heavy:
 /// `cargo test -p slipstream-proto --release --test cc_many_flows -- --ignored`.
 #[test]
-#[ignore = "heavy: run in release with --ignored"]
+#[ignore = "heavy: run optimized with --ignored"]
 fn hundred_message_connections_share_an_endpoint_that_starts_off_the_cpu() {
     let s = seed(84);
     let _g = SeedGuard(s);

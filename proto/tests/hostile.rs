@@ -127,7 +127,7 @@ fn storm_of_garbage(seed_no: u64, owned: bool) {
 /// 100,000+ packets in flight, then a loss burst: the loss lists grow with loss events (ranges),
 /// not with packets, and the transfer completes byte-exact. Heavy: run with --release --ignored.
 #[test]
-#[ignore = "stress: ~1 GB of simulated traffic; CI runs it in release with --ignored"]
+#[ignore = "stress: ~1 GB of simulated traffic; CI runs it optimized with --ignored"]
 fn loss_lists_stay_small_with_100k_packets_in_flight() {
     let s = seed(21);
     let _g = SeedGuard(s);

@@ -38,6 +38,17 @@ fn pair(seed: u64, ab: LinkConfig, ba: LinkConfig, n: usize) -> Pair {
     p
 }
 
+/// Replaces the listening endpoint of [`pair`] by one whose socket queue holds `pkts`
+/// datagrams of the largest payload a 1500-byte MSS allows.
+fn give_queue(p: &mut Pair, seed: u64, n: usize, pkts: usize) {
+    use slipstream_proto::share::DATAGRAM_OVERHEAD;
+    let mut cfg = EndpointConfig::default();
+    cfg.set_max_connections(n + 16)
+        .set_seed(seed ^ 0x5a5a)
+        .set_receive_queue(Some(pkts * (1500 + DATAGRAM_OVERHEAD)));
+    p.b = slipstream_proto::endpoint::Endpoint::new(cfg, p.now);
+}
+
 /// Offers each caller what is left of its stream.
 fn offer_all(p: &mut Pair, now: Instant, callers: &[ConnId], data: &[Vec<u8>], sent: &mut [usize]) {
     for (k, &id) in callers.iter().enumerate() {
@@ -297,7 +308,6 @@ fn a_memory_budget_bounds_the_buffers_and_refuses_new_callers() {
 /// every transfer still completes byte-exact.
 #[test]
 fn flow_windows_share_the_receive_queue() {
-    use slipstream_proto::share::DATAGRAM_OVERHEAD;
     let _t = TURN.lock().unwrap_or_else(|e| e.into_inner());
     let s = seed(75);
     let _g = SeedGuard(s);
@@ -306,12 +316,7 @@ fn flow_windows_share_the_receive_queue() {
     const LEN: usize = 2 << 20;
     // 10 Mbit/s for each connection's share of a 100 Mbit/s link: the transfers last.
     let mut p = pair(s, path(2, 0.0, Some(100_000_000)), path(2, 0.0, None), N);
-    // A queue of 80 datagrams of the largest payload a 1500-byte MSS allows.
-    let mut cfg = EndpointConfig::default();
-    cfg.set_max_connections(N + 16)
-        .set_seed(s ^ 0x5a5a)
-        .set_receive_queue(Some(QUEUE_PKTS * (1500 + DATAGRAM_OVERHEAD)));
-    p.b = slipstream_proto::endpoint::Endpoint::new(cfg, p.now);
+    give_queue(&mut p, s, N, QUEUE_PKTS);
     let (callers, accepted) = connect_many(&mut p, N, file_cfg());
     let data: Vec<Vec<u8>> = (0..N).map(|k| content(LEN, s + k as u64)).collect();
     let mut sent = [0usize; N];
@@ -369,18 +374,14 @@ fn flow_windows_share_the_receive_queue() {
 /// drops left some of them starved for seconds (Jain 0.54-0.68 in two runs of four).
 #[test]
 fn a_new_connection_is_told_its_share_of_the_queue() {
-    use slipstream_proto::share::{DATAGRAM_OVERHEAD, SHARE_OF_BUDGET};
+    use slipstream_proto::share::SHARE_OF_BUDGET;
     let _t = TURN.lock().unwrap_or_else(|e| e.into_inner());
     let s = seed(77);
     let _g = SeedGuard(s);
     const N: usize = 40;
     const QUEUE_PKTS: usize = 80;
     let mut p = pair(s, path(2, 0.0, None), path(2, 0.0, None), N);
-    let mut cfg = EndpointConfig::default();
-    cfg.set_max_connections(N + 16)
-        .set_seed(s ^ 0x5a5a)
-        .set_receive_queue(Some(QUEUE_PKTS * (1500 + DATAGRAM_OVERHEAD)));
-    p.b = slipstream_proto::endpoint::Endpoint::new(cfg, p.now);
+    give_queue(&mut p, s, N, QUEUE_PKTS);
     let (callers, _accepted) = connect_many(&mut p, N, file_cfg());
     let now = p.now;
     let mut windows: Vec<u32> = callers
