@@ -11,12 +11,14 @@
 //! - [`rate`]: receiver-side arrival-rate and link-capacity estimation.
 //! - [`cc`]: composable congestion control (UDT's event handlers).
 //! - [`sim`]: a simulated path with loss, delay, jitter, reordering, duplication and a rate limit.
+//! - [`rt`]: real-time datagrams: the fragment header and reassembly.
 
 pub mod cc;
 pub mod conn;
 pub mod endpoint;
 pub mod loss;
 pub mod rate;
+pub mod rt;
 pub mod seq;
 pub mod share;
 pub mod sim;
