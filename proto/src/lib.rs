@@ -11,7 +11,7 @@
 //! - [`rate`]: receiver-side arrival-rate and link-capacity estimation.
 //! - [`cc`]: composable congestion control (UDT's event handlers).
 //! - [`sim`]: a simulated path with loss, delay, jitter, reordering, duplication and a rate limit.
-//! - [`rt`]: real-time datagrams: the fragment header and reassembly.
+//! - [`rt`]: real-time datagrams: the fragment header, reassembly and the traffic smoother.
 
 pub mod cc;
 pub mod conn;

@@ -3,9 +3,11 @@
 //!
 //! - [`header`]: the fragment header, checked parsing and emission.
 //! - [`reassembly`]: fragments back into messages, in memory fixed at construction.
+//! - [`smoother`]: the traffic smoother's credit bucket and refresh period (Fig. 5).
 //!
-//! The socket that sends and receives them, the traffic smoother and the emulated switch
-//! are not built yet.
+//! The socket that sends and receives them (and drives the smoother with receivers' loss
+//! reports) and the emulated switch are not built yet.
 
 pub mod header;
 pub mod reassembly;
+pub mod smoother;

@@ -1,0 +1,268 @@
+//! The real-time traffic smoother of SS-RTUDP (the paper's Fig. 5): a credit bucket that
+//! real-time packets pass at once and non-real-time packets wait on, whose refresh period
+//! doubles after loss and shrinks by a step otherwise.
+//!
+//! Calling protocol: one [`Smoother`] per sending host (process), built with [`Smoother::new`]
+//! at a time `now`. Before sending a real-time packet call [`Smoother::take_rt`] (it never
+//! refuses); before handing a non-real-time packet to the kernel ask
+//! [`Smoother::try_nrt`], and keep the packet queued when it says no. Report what the
+//! receivers said with [`Smoother::on_report`] (whether they saw loss). Call
+//! [`Smoother::handle_timeout`] at [`Smoother::next_refresh`] (or later: a late call
+//! refreshes once, from the time it is made).
+//!
+//! Choices where the paper is silent, each a field of [`SmootherConfig`]:
+//! - the credit unit is a packet (the paper's);
+//! - whether a non-real-time packet needs `CNS ≥ 0` (Fig. 5) or at least one credit (the
+//!   prose): [`NrtRule`], default [`NrtRule::OneCredit`], with which no refresh interval
+//!   releases more non-real-time packets than the credits it began with;
+//! - the period adapts once per refresh, on whether any report of loss came since the last.
+
+use std::time::{Duration, Instant};
+
+/// When a non-real-time packet may leave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NrtRule {
+    /// With at least one credit left (`CNS ≥ 1`), as the paper's prose says.
+    OneCredit,
+    /// While the credits are not negative (`CNS ≥ 0`), as its Fig. 5 draws it: one packet
+    /// more a refresh, taken from the next.
+    NonNegative,
+}
+
+/// The smoother's parameters; the defaults are the paper's Table 3.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SmootherConfig {
+    /// Credit bucket depth (CBD), packets.
+    pub depth: u32,
+    /// Initial refresh period (RP0).
+    pub rp0: Duration,
+    /// Shortest refresh period (RPmin).
+    pub rp_min: Duration,
+    /// Longest refresh period (RPmax).
+    pub rp_max: Duration,
+    /// Step by which a loss-free refresh shortens the period (ΔRP).
+    pub rp_step: Duration,
+    /// When a non-real-time packet may leave.
+    pub nrt_rule: NrtRule,
+}
+
+impl Default for SmootherConfig {
+    fn default() -> Self {
+        SmootherConfig {
+            depth: 40,
+            rp0: Duration::from_millis(10),
+            rp_min: Duration::from_millis(5),
+            rp_max: Duration::from_millis(100),
+            rp_step: Duration::from_millis(2),
+            nrt_rule: NrtRule::OneCredit,
+        }
+    }
+}
+
+/// Counters of a [`Smoother`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SmootherStats {
+    /// Real-time packets passed.
+    pub rt: u64,
+    /// Non-real-time packets released.
+    pub nrt: u64,
+    /// Non-real-time packets told to wait (a packet asked about twice counts twice).
+    pub nrt_held: u64,
+    /// Refreshes.
+    pub refreshes: u64,
+    /// Refreshes that doubled the period.
+    pub lossy_refreshes: u64,
+}
+
+/// A credit bucket shared by all of a host's traffic; see the module's calling protocol.
+#[derive(Debug, Clone)]
+pub struct Smoother {
+    cfg: SmootherConfig,
+    credits: i64,
+    rp: Duration,
+    next: Instant,
+    loss: bool,
+    stats: SmootherStats,
+}
+
+impl Smoother {
+    /// A full bucket at `now`, the period at `rp0` (bounded by `rp_min` and `rp_max`).
+    pub fn new(cfg: SmootherConfig, now: Instant) -> Self {
+        let rp_max = cfg.rp_max.max(cfg.rp_min);
+        let cfg = SmootherConfig { rp_max, ..cfg };
+        let rp = cfg.rp0.clamp(cfg.rp_min, rp_max);
+        Smoother {
+            credits: i64::from(cfg.depth),
+            rp,
+            next: now + rp,
+            loss: false,
+            stats: SmootherStats::default(),
+            cfg,
+        }
+    }
+
+    /// A real-time packet leaves: it takes a credit, into debt if need be.
+    pub fn take_rt(&mut self) {
+        self.credits -= 1;
+        self.stats.rt += 1;
+    }
+
+    /// Whether a non-real-time packet may leave now; if so, it has taken its credit.
+    pub fn try_nrt(&mut self) -> bool {
+        let floor = match self.cfg.nrt_rule {
+            NrtRule::OneCredit => 1,
+            NrtRule::NonNegative => 0,
+        };
+        if self.credits >= floor {
+            self.credits -= 1;
+            self.stats.nrt += 1;
+            true
+        } else {
+            self.stats.nrt_held += 1;
+            false
+        }
+    }
+
+    /// A receiver's report: `lost` if it saw loss (gaps or deadline misses) since its last.
+    pub fn on_report(&mut self, lost: bool) {
+        self.loss |= lost;
+    }
+
+    /// When the next refresh is due.
+    pub fn next_refresh(&self) -> Instant {
+        self.next
+    }
+
+    /// Refreshes if one is due: the period doubles if loss was reported since the last
+    /// refresh, shrinks by the step otherwise (within its bounds), the bucket gains `depth`
+    /// credits up to `depth`, and the next refresh is a period from `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if now < self.next {
+            return;
+        }
+        self.rp = if self.loss {
+            self.stats.lossy_refreshes += 1;
+            (self.rp * 2).min(self.cfg.rp_max)
+        } else {
+            self.rp
+                .saturating_sub(self.cfg.rp_step)
+                .max(self.cfg.rp_min)
+        };
+        self.loss = false;
+        let depth = i64::from(self.cfg.depth);
+        self.credits = (self.credits + depth).min(depth);
+        self.next = now + self.rp;
+        self.stats.refreshes += 1;
+    }
+
+    /// The refresh period now.
+    pub fn period(&self) -> Duration {
+        self.rp
+    }
+
+    /// Credits left (negative: debt of real-time packets).
+    pub fn credits(&self) -> i64 {
+        self.credits
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> SmootherStats {
+        self.stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    /// Refreshes at each due time, with loss reported before those marked; the periods after.
+    fn trace(s: &mut Smoother, losses: &[bool]) -> Vec<u64> {
+        losses
+            .iter()
+            .map(|&lost| {
+                s.on_report(lost);
+                s.handle_timeout(s.next_refresh());
+                s.period().as_millis() as u64
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_period_follows_fig_5() {
+        let t = Instant::now();
+        let mut s = Smoother::new(SmootherConfig::default(), t);
+        assert_eq!(s.period(), 10 * MS);
+        let mut losses = vec![true, true];
+        losses.extend([false; 18]);
+        let p = trace(&mut s, &losses);
+        assert_eq!(&p[..6], &[20, 40, 38, 36, 34, 32]);
+        assert_eq!(p[18..], [6, 5]);
+        // Five lossy refreshes from the shortest period reach the longest, and stay there.
+        assert_eq!(trace(&mut s, &[true; 6]), [10, 20, 40, 80, 100, 100]);
+        // 48 loss-free refreshes take it back from the longest to the shortest.
+        let back = trace(&mut s, &[false; 48]);
+        assert_eq!((back[46], back[47]), (6, 5));
+        assert_eq!(s.stats().lossy_refreshes, 2 + 6);
+    }
+
+    #[test]
+    fn real_time_packets_never_wait_and_nrt_ones_wait_for_credit() {
+        for rule in [NrtRule::OneCredit, NrtRule::NonNegative] {
+            let t = Instant::now();
+            let cfg = SmootherConfig {
+                nrt_rule: rule,
+                ..SmootherConfig::default()
+            };
+            let mut s = Smoother::new(cfg, t);
+            // 30 real-time packets, then as many NRT ones as will go.
+            (0..30).for_each(|_| s.take_rt());
+            let first = (0..100).take_while(|_| s.try_nrt()).count();
+            // Real-time packets go into debt; the refresh repays it first.
+            (0..50).for_each(|_| s.take_rt());
+            assert!(s.credits() < 0);
+            s.handle_timeout(s.next_refresh());
+            let second = (0..100).take_while(|_| s.try_nrt()).count();
+            match rule {
+                NrtRule::OneCredit => assert_eq!((first, second), (10, 0)),
+                NrtRule::NonNegative => assert_eq!((first, second), (11, 0)),
+            }
+            // An idle bucket holds no more than its depth.
+            for _ in 0..3 {
+                s.handle_timeout(s.next_refresh());
+            }
+            let full = (0..100).take_while(|_| s.try_nrt()).count();
+            let want = if rule == NrtRule::OneCredit { 40 } else { 41 };
+            assert_eq!(full, want);
+        }
+    }
+
+    /// Fig. 6's burst: NRT packets offered far faster than the rate for six initial periods
+    /// leave at most `depth` (`depth + 1` by Fig. 5's rule) a refresh interval.
+    #[test]
+    fn a_burst_leaves_no_more_than_the_bucket_each_period() {
+        for (rule, most) in [(NrtRule::OneCredit, 40), (NrtRule::NonNegative, 41)] {
+            let t = Instant::now();
+            let cfg = SmootherConfig {
+                nrt_rule: rule,
+                ..SmootherConfig::default()
+            };
+            let mut s = Smoother::new(cfg, t);
+            let mut per_interval = vec![0u32];
+            let mut now = t;
+            while now < t + 60 * MS {
+                now += Duration::from_micros(50);
+                if now >= s.next_refresh() {
+                    s.handle_timeout(now);
+                    per_interval.push(0);
+                }
+                if s.try_nrt() {
+                    *per_interval.last_mut().unwrap() += 1;
+                }
+            }
+            assert!(per_interval.len() >= 6, "{per_interval:?}");
+            assert!(per_interval.iter().all(|&n| n <= most), "{per_interval:?}");
+        }
+    }
+}
