@@ -70,6 +70,18 @@ pub struct ReassemblyStats {
     pub no_slot: u64,
 }
 
+impl ReassemblyStats {
+    /// Datagrams refused, every reason together.
+    pub fn refused(&self) -> u64 {
+        self.malformed
+            + self.too_long
+            + self.too_many_fragments
+            + self.inconsistent
+            + self.duplicates
+            + self.no_slot
+    }
+}
+
 /// Why [`Reassembler::insert`] did not take a datagram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refused {
@@ -527,9 +539,7 @@ mod tests {
                 prop_assert_eq!(r.memory(), memory);
             }
             let st = r.stats();
-            let refused = st.malformed + st.too_long + st.too_many_fragments
-                + st.inconsistent + st.duplicates + st.no_slot;
-            prop_assert_eq!(st.whole + st.accepted + refused, all.len() as u64);
+            prop_assert_eq!(st.whole + st.accepted + st.refused(), all.len() as u64);
         }
 
         /// Messages of 1 B to 64 KiB from two sources, their fragments shuffled, some
