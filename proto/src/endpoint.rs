@@ -1018,6 +1018,7 @@ impl Endpoint {
             });
             ext_field |= HS_EXT_CONFIG;
         }
+        let payload = crate::conn::payload_size(mss, remote);
         let response = Handshake {
             version: HS_VERSION_SRT5,
             encryption: 0,
@@ -1027,13 +1028,10 @@ impl Endpoint {
             // What the connection's receive buffer will start with (as its own handshakes
             // say), but no more than its share of the socket's queue were every connection
             // receiving (see `RxShare::idle_window`).
-            flow_window: (cfg
-                .recv_buffer_pkts(crate::conn::payload_size(mss, remote))
-                .0 as u32)
-                .min(self.rx_share.idle_window(
-                    crate::conn::payload_size(mss, remote) + crate::wire::HEADER_LEN,
-                    self.conns.len() + 1,
-                )),
+            flow_window: (cfg.recv_buffer_pkts(payload).0 as u32).min(
+                self.rx_share
+                    .idle_window(payload + crate::wire::HEADER_LEN, self.conns.len() + 1),
+            ),
             hs_type: HsType::Conclusion,
             socket_id: local_id,
             cookie: hs.cookie,

@@ -134,9 +134,13 @@ impl RxShare {
             *seen = self.epoch;
             self.active += 1;
         }
-        let receivers = self.active.max(self.active_before).max(1);
+        self.share(slot, self.active.max(self.active_before))
+    }
+
+    /// One of `receivers` connections' share of the budget, packets of `slot` bytes.
+    fn share(&self, slot: usize, receivers: usize) -> u32 {
         let shared = (self.budget as f64 * SHARE_OF_BUDGET) as usize;
-        let pkts = shared / (slot + DATAGRAM_OVERHEAD) / receivers;
+        let pkts = shared / (slot + DATAGRAM_OVERHEAD) / receivers.max(1);
         (pkts.min(u32::MAX as usize) as u32).max(MIN_SHARE_PKTS)
     }
 
@@ -167,12 +171,10 @@ impl RxShare {
     /// opened, then all sending at once, each with the window of its handshake (the whole
     /// receive buffer) and a first flight of 16 packets, poured 1 GB at a 128 MiB queue.
     pub fn idle_window(&self, slot: usize, conns: usize) -> u32 {
-        let Some(_) = self.queue else {
+        if self.queue.is_none() {
             return u32::MAX;
-        };
-        let shared = (self.budget as f64 * SHARE_OF_BUDGET) as usize;
-        let pkts = shared / (slot + DATAGRAM_OVERHEAD) / conns.max(1);
-        (pkts.min(u32::MAX as usize) as u32).max(MIN_SHARE_PKTS)
+        }
+        self.share(slot, conns)
     }
 
     /// What the shares add up to now, bytes (`None`: no sharing).

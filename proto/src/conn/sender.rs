@@ -343,7 +343,7 @@ impl Connection {
                 no == a.ack_no
                     || (since >= SYN_INTERVAL_US
                         && (live
-                            || acked - acked_then >= ACKACK_EVERY_PKTS
+                            || acked.saturating_sub(acked_then) >= ACKACK_EVERY_PKTS
                             || since >= ACKACK_INTERVAL_US))
             });
             if due && self.pending.ackack_len < self.pending.ackacks.len() {

@@ -19,10 +19,9 @@
 //! |                        Deadline, µs                           |
 //! ```
 //!
-//! All fields are big-endian. The first byte (0x52) has its top bit clear and is not a valid
-//! SRT data packet of any stream slipstream would accept on the same port (its sequence
-//! number would be 0x5254...): real-time sockets are nevertheless meant to have ports of
-//! their own.
+//! All fields are big-endian. The magic only tells a stray datagram apart; it does not make
+//! the format distinguishable from SRT (an SRT data packet may begin with the same bytes), so
+//! real-time sockets have ports of their own.
 
 /// Bytes of the header.
 pub const RT_HEADER_LEN: usize = 32;
