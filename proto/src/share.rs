@@ -59,10 +59,10 @@ pub const MIN_BUDGET: usize = 4 << 20;
 /// windows do not count: retransmissions and probes, control packets, and the packets
 /// already sent under a larger share when more connections start receiving. Windows that
 /// added up to the whole queue (1,000 streams over loopback, two 64 KiB packets each in a
-/// 128 MiB queue) had the kernel drop 2,800 datagrams a second, a tenth of them; repaired
-/// round trips later, the drops left connections with few, stale samples, and some of them
-/// starved (Jain 0.62-0.87 in three runs of four). With a quarter kept free: no drops once
-/// the connections are going, Jain 0.999-1.0.
+/// 128 MiB queue) had the kernel drop about 3,000 datagrams a second, a tenth of them
+/// (2,054-14,075 a run of 4 s); repaired round trips later, the drops left connections with
+/// few, stale samples, and some of them starved (Jain 0.62-0.87 in six runs of ten). With a
+/// quarter kept free: no drops once the connections are going, Jain 0.999-1.0.
 pub const SHARE_OF_BUDGET: f64 = 0.75;
 /// The smallest share, packets. Two keep a connection's packets flowing while one is
 /// acknowledged, but where the queue cannot hold two for every receiver, each gets one:

@@ -240,8 +240,8 @@ pub const MIN_CWND: f64 = 4.0;
 /// The pace never falls below this many packets a smoothed round trip, what the smallest
 /// ACK-clocked window sends. The estimate of a flow with few packets in flight can collapse
 /// where its samples were taken while the round trip was long and packets were dropped (one
-/// of 1,000 streams over loopback at their start: 2 packets a second, paced a packet every
-/// half second once the round trip was 30 ms again); each of its rare reports then measures
+/// of 1,000 streams over loopback at their start: 1 packet a second or less, paced at the
+/// longest period, a second, once the round trip was 30 ms again); each of its rare reports then measures
 /// that pace, and it starved for seconds while the others had the rest. On a path narrower
 /// than this, the queue the flow builds raises the round trip until the floor fits it: two
 /// packets waiting at most, as TCP's smallest window leaves.
