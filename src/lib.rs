@@ -23,6 +23,8 @@ pub mod dgram;
 #[cfg(target_os = "linux")]
 pub mod netem;
 pub mod poll;
+#[cfg(target_os = "linux")]
+pub mod rt;
 mod runtime;
 mod sys;
 #[cfg(target_os = "linux")]

@@ -193,6 +193,9 @@ pub struct RxMeta {
     /// When the kernel received it (a software receive timestamp), where the datapath
     /// asks for one; `None` otherwise.
     pub at: Option<Instant>,
+    /// The IP TOS / traffic class byte it arrived with, where the datapath asks for it; 0
+    /// otherwise.
+    pub tos: u8,
 }
 
 impl Default for RxMeta {
@@ -203,6 +206,7 @@ impl Default for RxMeta {
             offset: 0,
             len: 0,
             at: None,
+            tos: 0,
         }
     }
 }
@@ -311,8 +315,11 @@ impl<'a> RxBatch<'a> {
         self.iter_timed().map(|(src, data, _)| (src, data))
     }
 
-    /// The datagrams, in arrival order: source, bytes and the kernel's receive time if known.
-    pub fn iter_timed(&self) -> impl Iterator<Item = (SocketAddr, &'a [u8], Option<Instant>)> + 'a {
+    /// The datagrams, in arrival order: source, bytes, the kernel's receive time if known and
+    /// the TOS byte ([`RxMeta::tos`]).
+    pub fn iter_marked(
+        &self,
+    ) -> impl Iterator<Item = (SocketAddr, &'a [u8], Option<Instant>, u8)> + 'a {
         let parts = self.parts;
         self.metas.iter().filter_map(move |m| {
             let buf = match parts {
@@ -324,8 +331,14 @@ impl<'a> RxBatch<'a> {
                 m.src,
                 buf.get(m.offset..m.offset.checked_add(m.len)?)?,
                 m.at,
+                m.tos,
             ))
         })
+    }
+
+    /// The datagrams, in arrival order: source, bytes and the kernel's receive time if known.
+    pub fn iter_timed(&self) -> impl Iterator<Item = (SocketAddr, &'a [u8], Option<Instant>)> + 'a {
+        self.iter_marked().map(|(src, data, at, _)| (src, data, at))
     }
 }
 

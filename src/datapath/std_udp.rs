@@ -183,6 +183,7 @@ impl Datapath for StdUdp {
             offset: 0,
             len,
             at: None,
+            tos: 0,
         });
         let mut at = len;
         while self.rx_metas.len() < RX_BATCH && at + MAX_UDP_PAYLOAD <= self.rx_buf.len() {
@@ -194,6 +195,7 @@ impl Datapath for StdUdp {
                         offset: at,
                         len,
                         at: None,
+                        tos: 0,
                     });
                     at += len;
                 }

@@ -40,6 +40,18 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+/// Bytes of control messages per message: on send a segment size, a TOS and a priority;
+/// on receive a GRO segment size, a timestamp and a TOS.
+const CTRL_LEN: usize = 128;
+
+/// How sent datagrams are marked for the network: the IP TOS (IPv6 traffic class) byte and,
+/// where the kernel takes it per message, the socket priority (the qdisc band).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Mark {
+    pub tos: u8,
+    pub priority: Option<u32>,
+}
+
 /// Messages per `sendmmsg` call.
 pub(crate) const TX_MSGS: usize = 64;
 /// Messages per `recvmmsg` call.
@@ -143,6 +155,45 @@ impl Mmsg {
         Ok(Mmsg {
             core: Core::bind(addr, gso, false)?,
         })
+    }
+
+    /// Marks every datagram sent from now on with `mark` (`None`: unmarked). Costs no
+    /// system call: the mark travels as control messages of each send.
+    pub(crate) fn set_mark(&mut self, mark: Option<Mark>) {
+        self.core.mark = mark;
+    }
+
+    /// Bytes of the message arrays and the receive buffer, allocated at bind.
+    pub(crate) fn memory(&self) -> usize {
+        let t = &self.core.tx;
+        let r = &self.core.rx;
+        t.hdrs.len() * std::mem::size_of::<libc::mmsghdr>()
+            + (t.iovs.len() + t.giovs.len()) * std::mem::size_of::<libc::iovec>()
+            + t.gruns.capacity() * std::mem::size_of::<Tx>()
+            + (t.addrs.len() + r.addrs.len()) * std::mem::size_of::<RawAddr>()
+            + (t.ctrls.len() + r.ctrls.len()) * CTRL_LEN
+            + r.hdrs.len() * std::mem::size_of::<libc::mmsghdr>()
+            + (r.iovs.len() + r.siovs.len()) * std::mem::size_of::<libc::iovec>()
+            + r.buf.len()
+            + self.core.rx_metas.capacity() * std::mem::size_of::<RxMeta>()
+    }
+
+    /// Asks the kernel for each received datagram's TOS / traffic class ([`RxMeta::tos`]).
+    pub(crate) fn recv_tos(&mut self) -> io::Result<()> {
+        if self.core.v6 {
+            setsockopt_int(
+                &self.core.sock,
+                libc::IPPROTO_IPV6,
+                libc::IPV6_RECVTCLASS,
+                1,
+            )?;
+        }
+        let v4 = setsockopt_int(&self.core.sock, libc::IPPROTO_IP, libc::IP_RECVTOS, 1);
+        if self.core.v6 {
+            Ok(())
+        } else {
+            v4
+        }
     }
 
     /// Makes the next GSO send fail as if the kernel had answered EIO.
@@ -254,6 +305,8 @@ struct Core {
     gro_on: bool,
     /// Zero-copy accounting, for MSG_ZEROCOPY sends.
     zc: Option<Completions>,
+    /// The mark of the datagrams sent from now on, if any.
+    mark: Option<Mark>,
     stats: DatapathStats,
     tx: TxArrays,
     rx: RxArrays,
@@ -293,7 +346,7 @@ struct Msg {
 /// A control-message buffer, aligned for `cmsghdr`.
 #[derive(Clone, Copy)]
 #[repr(C, align(8))]
-struct Ctrl([u8; 64]);
+struct Ctrl([u8; CTRL_LEN]);
 
 /// A socket address in kernel layout (`sockaddr_in` or `sockaddr_in6`).
 #[derive(Clone, Copy)]
@@ -405,6 +458,7 @@ impl Core {
             gro,
             gro_on: gro,
             zc,
+            mark: None,
             stats: DatapathStats::default(),
             tx: TxArrays {
                 hdrs: vec![zeroed_mmsghdr(); TX_MSGS],
@@ -412,7 +466,7 @@ impl Core {
                 giovs: vec![empty_iovec(); TX_MSGS * GATHER_IOVS],
                 gruns: Vec::with_capacity(TX_MSGS * GSO_MAX_SEGMENTS),
                 addrs: vec![RawAddr([0; 28]); TX_MSGS],
-                ctrls: vec![Ctrl([0; 64]); TX_MSGS],
+                ctrls: vec![Ctrl([0; CTRL_LEN]); TX_MSGS],
                 msgs: Vec::with_capacity(TX_MSGS),
             },
             rx: RxArrays {
@@ -420,7 +474,7 @@ impl Core {
                 iovs: vec![empty_iovec(); RX_SLOTS],
                 siovs: vec![empty_iovec(); 2 * RX_SLOTS],
                 addrs: vec![RawAddr([0; 28]); RX_SLOTS],
-                ctrls: vec![Ctrl([0; 64]); RX_SLOTS],
+                ctrls: vec![Ctrl([0; CTRL_LEN]); RX_SLOTS],
                 buf: vec![0; RX_SLOTS * RX_SLOT],
             },
             // A GRO batch of RX_SLOT bytes splits into at most RX_SLOT datagrams of 1 byte;
@@ -681,14 +735,34 @@ impl Core {
             h.msg_hdr.msg_iov = iov;
             h.msg_hdr.msg_iovlen = iovlen as _;
             h.msg_hdr.msg_flags = 0;
+            let ctrl = &mut t.ctrls[i].0;
+            let mut len = 0;
             if count > 1 {
-                let len = write_cmsg(
-                    &mut t.ctrls[i].0,
+                len += write_cmsg(
+                    &mut ctrl[len..],
                     libc::SOL_UDP,
                     libc::UDP_SEGMENT,
                     &(seg as u16).to_ne_bytes(),
                 );
-                h.msg_hdr.msg_control = t.ctrls[i].0.as_mut_ptr().cast();
+            }
+            if let Some(m) = self.mark {
+                let (level, ty) = if self.v6 {
+                    (libc::IPPROTO_IPV6, libc::IPV6_TCLASS)
+                } else {
+                    (libc::IPPROTO_IP, libc::IP_TOS)
+                };
+                len += write_cmsg(&mut ctrl[len..], level, ty, &i32::from(m.tos).to_ne_bytes());
+                if let Some(p) = m.priority {
+                    len += write_cmsg(
+                        &mut ctrl[len..],
+                        libc::SOL_SOCKET,
+                        libc::SO_PRIORITY,
+                        &p.to_ne_bytes(),
+                    );
+                }
+            }
+            if len > 0 {
+                h.msg_hdr.msg_control = ctrl.as_mut_ptr().cast();
                 h.msg_hdr.msg_controllen = len as _;
             } else {
                 h.msg_hdr.msg_control = std::ptr::null_mut();
@@ -815,7 +889,9 @@ impl Core {
             for i in 0..got {
                 match c.decode(i, clocks) {
                     Decoded::Skip => {}
-                    Decoded::Datagram { src, len, gro, at } => {
+                    Decoded::Datagram {
+                        src, len, gro, at, ..
+                    } => {
                         c.stats.received += gro.map_or(1, |g| len.div_ceil(g)) as u64;
                         c.stats.gro_batches += u64::from(gro.is_some());
                         out.push(RxSplit {
@@ -1005,7 +1081,7 @@ impl Core {
             self.stats.recv_errors += 1;
             return Decoded::Skip;
         }
-        let ctrl_len = controllen(&h.msg_hdr).min(64);
+        let ctrl_len = controllen(&h.msg_hdr).min(CTRL_LEN);
         let ctrl = &self.rx.ctrls[i].0[..ctrl_len];
         let gro = cmsgs(ctrl)
             .find(|&(level, ty, _)| level == libc::SOL_UDP && ty == libc::UDP_GRO)
@@ -1016,15 +1092,38 @@ impl Core {
         let at = cmsgs(ctrl)
             .find(|&(level, ty, _)| level == libc::SOL_SOCKET && ty == libc::SCM_TIMESTAMPNS)
             .and_then(|(_, _, d)| received_at(d, clocks));
-        Decoded::Datagram { src, len, gro, at }
+        let tos = cmsgs(ctrl)
+            .find(|&(level, ty, _)| {
+                (level == libc::IPPROTO_IP && ty == libc::IP_TOS)
+                    || (level == libc::IPPROTO_IPV6 && ty == libc::IPV6_TCLASS)
+            })
+            .and_then(|(_, _, d)| match d.len() {
+                1 => Some(d[0]),
+                4.. => Some(i32::from_ne_bytes(d[..4].try_into().ok()?) as u8),
+                _ => None,
+            })
+            .unwrap_or(0);
+        Decoded::Datagram {
+            src,
+            len,
+            gro,
+            at,
+            tos,
+        }
     }
 
     /// Turns `n` received messages into batch entries, splitting GRO batches.
     fn unpack(&mut self, n: usize, clocks: (Instant, SystemTime)) {
         for i in 0..n {
-            let (src, len, gro, at) = match self.decode(i, clocks) {
+            let (src, len, gro, at, tos) = match self.decode(i, clocks) {
                 Decoded::Skip => continue,
-                Decoded::Datagram { src, len, gro, at } => (src, len, gro, at),
+                Decoded::Datagram {
+                    src,
+                    len,
+                    gro,
+                    at,
+                    tos,
+                } => (src, len, gro, at, tos),
             };
             let base = i * RX_SLOT;
             let seg = gro.unwrap_or(len).max(1);
@@ -1038,6 +1137,7 @@ impl Core {
                     offset: base + off,
                     len: l,
                     at,
+                    tos,
                 });
                 self.stats.received += 1;
                 off += l;
@@ -1058,6 +1158,8 @@ enum Decoded {
         /// Segment size of a GRO batch of several datagrams.
         gro: Option<usize>,
         at: Option<Instant>,
+        /// The TOS / traffic class byte (0 unless asked for with [`Mmsg::recv_tos`]).
+        tos: u8,
     },
 }
 
@@ -1788,7 +1890,7 @@ mod tests {
 
     #[test]
     fn cmsg_encoding_round_trips() {
-        let mut c = Ctrl([0; 64]);
+        let mut c = Ctrl([0; CTRL_LEN]);
         let space = write_cmsg(
             &mut c.0,
             libc::SOL_UDP,

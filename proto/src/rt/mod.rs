@@ -4,10 +4,11 @@
 //! - [`header`]: the fragment header, checked parsing and emission.
 //! - [`reassembly`]: fragments back into messages, in memory fixed at construction.
 //! - [`smoother`]: the traffic smoother's credit bucket and refresh period (Fig. 5).
+//! - [`report`]: a receiver's loss report, which drives a sender's smoother.
 //!
-//! The socket that sends and receives them (and drives the smoother with receivers' loss
-//! reports) and the emulated switch are not built yet.
+//! The socket that sends and receives them is `slipstream::rt`.
 
 pub mod header;
 pub mod reassembly;
+pub mod report;
 pub mod smoother;

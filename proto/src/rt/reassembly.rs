@@ -148,6 +148,9 @@ pub struct Reassembler {
     recent: [(u64, u32); RECENT],
     recent_len: usize,
     recent_at: usize,
+    /// Messages expired since the caller last took them: source and id (at most `slots`;
+    /// more are counted in the stats only).
+    expired_log: Vec<(u64, u32)>,
     stats: ReassemblyStats,
 }
 
@@ -190,6 +193,7 @@ impl Reassembler {
             recent: [(0, 0); RECENT],
             recent_len: 0,
             recent_at: 0,
+            expired_log: Vec::with_capacity(cfg.slots),
             stats: ReassemblyStats::default(),
             cfg,
         }
@@ -197,7 +201,10 @@ impl Reassembler {
 
     /// Bytes allocated at construction, all there will be.
     pub fn memory(&self) -> usize {
-        self.arena.len() + self.bits.len() * 8 + self.slots.len() * std::mem::size_of::<Slot>()
+        self.arena.len()
+            + self.bits.len() * 8
+            + self.slots.len() * std::mem::size_of::<Slot>()
+            + self.expired_log.capacity() * std::mem::size_of::<(u64, u32)>()
     }
 
     /// The counters.
@@ -333,7 +340,18 @@ impl Reassembler {
                 s.state = State::Free;
                 self.stats.expired += 1;
                 self.stats.expired_fragments += u64::from(s.have);
+                if self.expired_log.len() < self.expired_log.capacity() {
+                    self.expired_log.push((s.src, s.hdr.msg_id));
+                }
             }
+        }
+    }
+
+    /// Hands `f` the source and id of each message expired since the last call (up to
+    /// `slots` of them; [`ReassemblyStats::expired`] counts all).
+    pub fn take_expired(&mut self, mut f: impl FnMut(u64, u32)) {
+        for (src, id) in self.expired_log.drain(..) {
+            f(src, id);
         }
     }
 

@@ -141,6 +141,7 @@ impl Datapath for Uring {
                     offset: off,
                     len: seg.min(len - off.min(len)).min(MAX_UDP_PAYLOAD),
                     at: None,
+                    tos: 0,
                 });
             }
             self.held.0.push(r.buf);

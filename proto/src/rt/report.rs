@@ -1,0 +1,188 @@
+//! A receiver's loss report: what one receiver saw of one sender's real-time traffic, sent
+//! back to that sender at least every refresh period so its smoother can react to loss.
+//!
+//! ```text
+//!  0                   1                   2                   3
+//!  0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
+//! |         Magic 0x5254          |    Version    |  Kind 0xFF    |
+//! |                     Messages delivered                        |
+//! |                Messages missing (never whole)                 |
+//! |                  Messages past their deadline                 |
+//! |              Messages dropped incomplete (expired)            |
+//! |                  Next expected message id                     |
+//! |                      Report number                            |
+//! |                        Reserved (0)                           |
+//! ```
+//!
+//! Every count is cumulative since the receiver first heard from the sender, modulo 2³²: a
+//! lost or reordered report costs nothing, the sender compares each with the last it took
+//! (the report number tells an old one from a new one). The kind byte sits where a
+//! fragment's class does, with a value no class has, so a report never parses as a fragment
+//! and a fragment never as a report.
+
+use super::header::{RT_MAGIC, RT_VERSION};
+
+/// Bytes of a report.
+pub const REPORT_LEN: usize = 32;
+/// The kind byte of a report.
+pub const REPORT_KIND: u8 = 0xFF;
+
+/// What a receiver has seen of one sender, cumulative.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Messages delivered whole.
+    pub delivered: u32,
+    /// Messages never delivered: ids skipped over by a later message.
+    pub missing: u32,
+    /// Messages delivered after their deadline.
+    pub late: u32,
+    /// Messages dropped incomplete at their deadline (also counted in `missing` once a later
+    /// message arrives).
+    pub expired: u32,
+    /// The id the receiver expects next.
+    pub next_id: u32,
+    /// This report's number (one more than the previous report to the same sender).
+    pub seq: u32,
+}
+
+/// Why a datagram is not a report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReportError {
+    /// Not [`REPORT_LEN`] bytes.
+    Length,
+    /// Another protocol, version or kind.
+    Kind,
+    /// Reserved bits set.
+    Reserved,
+}
+
+impl Report {
+    /// Whether `datagram` claims to be a report (magic, version and kind), before checking
+    /// the rest.
+    pub fn is_report(datagram: &[u8]) -> bool {
+        datagram.len() >= 4
+            && datagram[..2] == RT_MAGIC.to_be_bytes()
+            && datagram[2] == RT_VERSION
+            && datagram[3] == REPORT_KIND
+    }
+
+    /// Reads a report.
+    pub fn parse(datagram: &[u8]) -> Result<Report, ReportError> {
+        let d: &[u8; REPORT_LEN] = datagram.try_into().map_err(|_| ReportError::Length)?;
+        if !Self::is_report(d) {
+            return Err(ReportError::Kind);
+        }
+        let u32_at = |i: usize| u32::from_be_bytes([d[i], d[i + 1], d[i + 2], d[i + 3]]);
+        if u32_at(28) != 0 {
+            return Err(ReportError::Reserved);
+        }
+        Ok(Report {
+            delivered: u32_at(4),
+            missing: u32_at(8),
+            late: u32_at(12),
+            expired: u32_at(16),
+            next_id: u32_at(20),
+            seq: u32_at(24),
+        })
+    }
+
+    /// Writes the report into `buf`.
+    pub fn emit(&self, buf: &mut [u8; REPORT_LEN]) {
+        buf[0..2].copy_from_slice(&RT_MAGIC.to_be_bytes());
+        buf[2] = RT_VERSION;
+        buf[3] = REPORT_KIND;
+        for (i, v) in [
+            self.delivered,
+            self.missing,
+            self.late,
+            self.expired,
+            self.next_id,
+            self.seq,
+            0,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            buf[4 + 4 * i..8 + 4 * i].copy_from_slice(&v.to_be_bytes());
+        }
+    }
+
+    /// What changed since `prev` (the last report taken from the same receiver): messages
+    /// newly missing, late or expired. `None` if this report is not newer than `prev`.
+    pub fn since(&self, prev: &Report) -> Option<Losses> {
+        let newer = self.seq.wrapping_sub(prev.seq);
+        if newer == 0 || newer >= 1 << 31 {
+            return None;
+        }
+        Some(Losses {
+            delivered: self.delivered.wrapping_sub(prev.delivered),
+            missing: self.missing.wrapping_sub(prev.missing),
+            late: self.late.wrapping_sub(prev.late),
+            expired: self.expired.wrapping_sub(prev.expired),
+        })
+    }
+}
+
+/// Changes between two reports of one receiver.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Losses {
+    /// Messages delivered in between.
+    pub delivered: u32,
+    /// Messages newly missing.
+    pub missing: u32,
+    /// Messages newly late.
+    pub late: u32,
+    /// Messages newly dropped incomplete.
+    pub expired: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rt::header::RtHeader;
+
+    fn report() -> Report {
+        Report {
+            delivered: 10,
+            missing: 2,
+            late: 1,
+            expired: 1,
+            next_id: 13,
+            seq: 4,
+        }
+    }
+
+    #[test]
+    fn a_report_reads_back_as_written_and_is_never_a_fragment() {
+        let mut b = [0; REPORT_LEN];
+        report().emit(&mut b);
+        assert_eq!(Report::parse(&b), Ok(report()));
+        assert!(RtHeader::parse(&b).is_err());
+        assert_eq!(Report::parse(&b[..31]), Err(ReportError::Length));
+        let mut c = b;
+        c[3] = 0;
+        assert_eq!(Report::parse(&c), Err(ReportError::Kind));
+        let mut c = b;
+        c[31] = 1;
+        assert_eq!(Report::parse(&c), Err(ReportError::Reserved));
+    }
+
+    #[test]
+    fn changes_are_counted_across_wrap_and_old_reports_ignored() {
+        let prev = Report {
+            missing: u32::MAX,
+            seq: u32::MAX,
+            ..report()
+        };
+        let next = Report {
+            missing: 1,
+            seq: 0,
+            ..report()
+        };
+        let l = next.since(&prev).unwrap();
+        assert_eq!(l.missing, 2);
+        assert_eq!(l.late, 0);
+        assert_eq!(prev.since(&next), None, "an older report");
+        assert_eq!(next.since(&next), None, "the same report");
+    }
+}

@@ -1,0 +1,499 @@
+//! Real-time datagrams (SS-RTUDP in today's Linux): messages of any size up to a limit set at
+//! open, sent as fragments that each fit the path MTU (never IP fragments), in two traffic
+//! classes, with a deadline; a traffic smoother holds back non-real-time packets so that
+//! real-time ones find the network's queues short.
+//!
+//! The paper's calls map onto [`RtSocket`] as follows: `rt_socket` is [`RtSocket::open`]
+//! (everything the socket will use is allocated here), `rt_mmap` is [`RtSocket::claim`] (a
+//! buffer of the socket's pool, written in place), `rt_sendto` is [`RtSocket::send`],
+//! `rt_recvfrom` is [`RtSocket::poll`] (messages are handed to a closure, in the socket's
+//! memory) and `rt_socket_close` is dropping the socket.
+//!
+//! # Calling protocol
+//!
+//! - [`RtSocket::claim`] a buffer (`None` when every buffer is queued or held: the pool's
+//!   size is [`RtConfig::buffers`]), write the message into `buf.as_mut()`, and
+//!   [`RtSocket::send`] its first `len` bytes with a [`Class`] and a deadline. A send never
+//!   blocks and never drops silently: it is queued, or refused with a [`SendError`] that
+//!   says why ([`WouldBlock`]) and gives the buffer back.
+//! - Real-time messages leave at once (all their fragments, as GSO runs). Non-real-time
+//!   fragments leave as the smoother's credit allows and, when [`RtConfig::link_rate`] is
+//!   known, only while fewer than [`RtConfig::below_packets`] of them wait in the queues
+//!   below (the kernel's and the link's), so that a real-time packet never waits behind a
+//!   burst of them. A non-real-time message still queued, not started, at its deadline is
+//!   dropped by the smoother and counted ([`RtStats::nrt_expired`]).
+//! - Call [`RtSocket::poll`] at least by [`RtSocket::next_timer`] (it waits no longer than
+//!   that itself): it refreshes the smoother, sends what may go, reads what arrived,
+//!   delivers whole messages to the closure, and sends each sender a loss report every
+//!   [`RtConfig::report_interval`]; reports coming back drive the smoother.
+//! - Received messages are whole or not at all; each comes with its one-way delay (sender's
+//!   clock at [`RtSocket::send`] to the kernel's receive time: hosts must share a clock, as
+//!   namespaces of one machine do, or be synchronised) and whether it missed its deadline.
+//!
+//! Nothing allocates after [`RtSocket::open`]: the send pool, queues, fragment headers,
+//! reassembly slots, peer tables and the kernel message arrays are all sized there
+//! ([`RtSocket::memory`] says how much).
+
+mod recv;
+mod send;
+
+pub use crate::sys::uring::pool::Buf;
+pub use slipstream_proto::rt::header::Class;
+pub use slipstream_proto::rt::reassembly::ReassemblyStats;
+pub use slipstream_proto::rt::smoother::{NrtRule, SmootherConfig, SmootherStats};
+
+use crate::datapath::{Datapath, DatapathStats};
+use crate::sys::mmsg::{Mark, Mmsg};
+use crate::sys::uring::pool::PoolMem;
+use slipstream_proto::rt::header::RT_HEADER_LEN;
+use slipstream_proto::rt::reassembly::ReassemblyConfig;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// DSCP EF (46) in the TOS byte.
+pub const TOS_EF: u8 = 46 << 2;
+/// The socket priority real-time datagrams take (TC_PRIO_INTERACTIVE: pfifo_fast's first
+/// band; the highest an unprivileged socket may set).
+pub const PRIORITY_RT: u32 = 6;
+
+/// Sizes and policies of an [`RtSocket`]; the defaults suit messages up to 64 KiB on a
+/// 1500-byte path.
+#[derive(Debug, Clone, Copy)]
+pub struct RtConfig {
+    /// Longest message, bytes (at most 16 MiB). Each pool buffer and reassembly slot holds one.
+    pub max_message: usize,
+    /// Send buffers in the pool: messages claimed, queued or being sent at once.
+    pub buffers: usize,
+    /// Real-time messages waiting for the kernel at once (they wait only when a send is cut
+    /// short).
+    pub rt_queue: usize,
+    /// Non-real-time messages waiting for the smoother at once.
+    pub nrt_queue: usize,
+    /// Messages being reassembled at once.
+    pub reassembly_slots: usize,
+    /// How long an incomplete message without a deadline may wait for its fragments.
+    pub reassembly_timeout: Duration,
+    /// The path MTU, bytes: every datagram fits it with its IP and UDP headers.
+    pub mtu: usize,
+    /// The smoother (`None`: none, every packet leaves at once).
+    pub smoother: Option<SmootherConfig>,
+    /// The rate of the link below, bits per second of IP packets: with it, non-real-time
+    /// packets are handed to the kernel only while the link's queue is short.
+    pub link_rate: Option<u64>,
+    /// Non-real-time packets allowed to wait in the queues below at once.
+    pub below_packets: u32,
+    /// How often a receiver reports to each sender it hears from.
+    pub report_interval: Duration,
+    /// Whether a late message counts as loss for the smoother (the paper's deadlines imply
+    /// so).
+    pub late_is_loss: bool,
+    /// Mark real-time datagrams DSCP EF and socket priority [`PRIORITY_RT`].
+    pub mark: bool,
+    /// Peers tracked on each side (destinations' message numbering and reports; sources'
+    /// loss counts). The least recently active is forgotten when a new one comes.
+    pub peers: usize,
+}
+
+impl Default for RtConfig {
+    fn default() -> Self {
+        RtConfig {
+            max_message: 64 << 10,
+            buffers: 64,
+            rt_queue: 64,
+            nrt_queue: 64,
+            reassembly_slots: 16,
+            reassembly_timeout: Duration::from_millis(100),
+            mtu: 1500,
+            smoother: Some(SmootherConfig::default()),
+            link_rate: None,
+            below_packets: 2,
+            report_interval: Duration::from_millis(5),
+            late_is_loss: true,
+            mark: true,
+            peers: 64,
+        }
+    }
+}
+
+/// Why a send was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WouldBlock {
+    /// The real-time queue is full: the kernel is not taking datagrams as fast as they come.
+    RtQueueFull,
+    /// The non-real-time queue is full: the smoother holds that many messages back.
+    NrtQueueFull,
+    /// Longer than [`RtConfig::max_message`] or than the buffer.
+    TooLong,
+}
+
+impl std::fmt::Display for WouldBlock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            WouldBlock::RtQueueFull => "the real-time queue is full (the kernel is behind)",
+            WouldBlock::NrtQueueFull => {
+                "the non-real-time queue is full (the smoother is holding traffic back)"
+            }
+            WouldBlock::TooLong => "the message is longer than the socket's largest",
+        })
+    }
+}
+
+/// A refused send: why, and the buffer back.
+#[derive(Debug)]
+pub struct SendError {
+    /// Why.
+    pub reason: WouldBlock,
+    /// The buffer, untouched.
+    pub buf: Buf,
+}
+
+impl std::fmt::Display for SendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.reason.fmt(f)
+    }
+}
+
+impl std::error::Error for SendError {}
+
+/// A message received whole.
+#[derive(Debug)]
+pub struct RtMessage<'a> {
+    /// Who sent it.
+    pub src: SocketAddr,
+    /// Its class.
+    pub class: Class,
+    /// The sender's number for it (per destination, consecutive).
+    pub id: u32,
+    /// Its bytes (in the socket's memory, valid during the call).
+    pub data: &'a [u8],
+    /// Sender's wall clock when it was sent, µs since the epoch.
+    pub sent_us: u64,
+    /// From its send to the kernel's receipt of its last fragment.
+    pub one_way: Duration,
+    /// Its deadline, counted from its send (`None`: none).
+    pub deadline: Option<Duration>,
+    /// It arrived after its deadline.
+    pub late: bool,
+    /// Its last fragment arrived marked DSCP EF.
+    pub marked: bool,
+}
+
+/// Counters of an [`RtSocket`]. Every message sent ends up counted at the receiver as
+/// delivered (maybe late) or missing; every message refused or dropped on this side is
+/// counted here by reason.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct RtStats {
+    /// Messages accepted by [`RtSocket::send`], by class.
+    pub rt_sent: u64,
+    pub nrt_sent: u64,
+    /// Fragments handed to the kernel, by class.
+    pub rt_fragments: u64,
+    pub nrt_fragments: u64,
+    /// Sends refused: queue full (by class) or too long.
+    pub rt_refused: u64,
+    pub nrt_refused: u64,
+    pub too_long: u64,
+    /// Non-real-time messages the smoother dropped: still waiting, not started, at their
+    /// deadline.
+    pub nrt_expired: u64,
+    /// Messages delivered, by class, and of those the ones past their deadline.
+    pub rt_delivered: u64,
+    pub nrt_delivered: u64,
+    pub rt_late: u64,
+    pub nrt_late: u64,
+    /// Datagrams received marked DSCP EF.
+    pub marked_received: u64,
+    /// Reports sent to senders, taken from receivers, and ignored (malformed, from a peer
+    /// not sent to, or older than one already taken).
+    pub reports_sent: u64,
+    pub reports_taken: u64,
+    pub reports_ignored: u64,
+    /// Losses receivers reported: messages missing, late, dropped incomplete.
+    pub reported_missing: u64,
+    pub reported_late: u64,
+    pub reported_expired: u64,
+    /// Times a source's numbering jumped too far to be loss (a restarted sender): taken as a
+    /// new start, not counted as missing.
+    pub resyncs: u64,
+    /// Fragments and messages at the reassembler.
+    #[serde(skip)]
+    pub reassembly: ReassemblyStats,
+    /// The smoother's counters, its period and credits now.
+    #[serde(skip)]
+    pub smoother: SmootherStats,
+    pub period_us: u64,
+    pub credits: i64,
+    /// The kernel side: datagrams sent, dropped on ENOBUFS, system calls, ...
+    pub datapath: DatapathStats,
+}
+
+/// A real-time datagram socket; see the module's calling protocol.
+pub struct RtSocket {
+    dp: Mmsg,
+    cfg: RtConfig,
+    pool: Arc<PoolMem>,
+    clock: Clock,
+    tx: send::Sender,
+    rx: recv::Receiver,
+    stats: RtStats,
+    rt_mark: Option<Mark>,
+}
+
+impl std::fmt::Debug for RtSocket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RtSocket")
+            .field("cfg", &self.cfg)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+/// The wall clock, read once, carried forward on the monotonic clock.
+#[derive(Debug, Clone, Copy)]
+struct Clock {
+    at: Instant,
+    wall_us: u64,
+}
+
+impl Clock {
+    fn new() -> Clock {
+        let wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        Clock {
+            at: Instant::now(),
+            wall_us: wall.as_micros() as u64,
+        }
+    }
+
+    /// Wall-clock µs at `t`.
+    fn wall_us(&self, t: Instant) -> u64 {
+        match t.checked_duration_since(self.at) {
+            Some(d) => self.wall_us + d.as_micros() as u64,
+            None => self
+                .wall_us
+                .saturating_sub(self.at.duration_since(t).as_micros() as u64),
+        }
+    }
+}
+
+impl RtSocket {
+    /// Opens a socket bound to `addr`, allocating everything it will use.
+    pub fn open(addr: SocketAddr, cfg: RtConfig) -> io::Result<RtSocket> {
+        let invalid = |m: &str| io::Error::new(io::ErrorKind::InvalidInput, m.to_string());
+        if cfg.max_message == 0 || cfg.max_message > 16 << 20 {
+            return Err(invalid("max_message must be 1 byte to 16 MiB"));
+        }
+        let ip_udp = if addr.is_ipv6() { 48 } else { 28 };
+        if cfg.mtu < ip_udp + RT_HEADER_LEN + 64 || cfg.mtu > 65_535 {
+            return Err(invalid(
+                "mtu must leave at least 64 payload bytes a datagram",
+            ));
+        }
+        if cfg.buffers == 0 || cfg.rt_queue == 0 || cfg.nrt_queue == 0 || cfg.peers == 0 {
+            return Err(invalid("buffers, queues and peers must be at least 1"));
+        }
+        let frag_len = (cfg.mtu - ip_udp - RT_HEADER_LEN).min(u16::MAX as usize) as u16;
+        let mut dp = Mmsg::bind(addr, true)?;
+        let _ = dp.recv_tos();
+        let rt_mark = if cfg.mark { mark_supported() } else { None };
+        let pool = PoolMem::new(cfg.buffers, cfg.max_message, cfg.buffers)?;
+        let now = Instant::now();
+        let reasm = ReassemblyConfig {
+            slots: cfg.reassembly_slots.max(1),
+            max_msg_len: cfg.max_message,
+            min_frag_len: frag_len.min(512),
+            timeout: cfg.reassembly_timeout,
+            max_timeout: cfg.reassembly_timeout.max(Duration::from_secs(1)),
+        };
+        Ok(RtSocket {
+            tx: send::Sender::new(&cfg, frag_len, ip_udp, now),
+            rx: recv::Receiver::new(&cfg, reasm, now),
+            dp,
+            cfg,
+            pool,
+            clock: Clock::new(),
+            stats: RtStats::default(),
+            rt_mark,
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.dp.local_addr()
+    }
+
+    /// The configuration it was opened with.
+    pub fn config(&self) -> &RtConfig {
+        &self.cfg
+    }
+
+    /// Payload bytes of each fragment.
+    pub fn fragment_len(&self) -> usize {
+        usize::from(self.tx.frag_len())
+    }
+
+    /// Whether real-time datagrams leave marked (DSCP EF), and with the socket priority too.
+    pub fn marking(&self) -> (bool, bool) {
+        (
+            self.rt_mark.is_some(),
+            self.rt_mark.is_some_and(|m| m.priority.is_some()),
+        )
+    }
+
+    /// Bytes allocated at open: the pool, reassembly, queues, headers, peer tables and the
+    /// kernel message arrays.
+    pub fn memory(&self) -> usize {
+        self.pool.region_len() + self.tx.memory() + self.rx.memory() + self.dp.memory()
+    }
+
+    /// A free buffer of the pool (capacity [`RtConfig::max_message`]), if any.
+    pub fn claim(&mut self) -> Option<Buf> {
+        self.pool.claim()
+    }
+
+    /// Free buffers in the pool.
+    pub fn free_buffers(&self) -> usize {
+        self.pool.free_count()
+    }
+
+    /// Sends the first `len` bytes of `buf` to `dst` as one message of `class`, of use for
+    /// `deadline` after now (`None`: no deadline). Returns its number. See the module's
+    /// calling protocol.
+    pub fn send(
+        &mut self,
+        buf: Buf,
+        len: usize,
+        dst: SocketAddr,
+        class: Class,
+        deadline: Option<Duration>,
+    ) -> Result<u32, SendError> {
+        let now = Instant::now();
+        let sent_us = self.clock.wall_us(now);
+        let id = self.tx.enqueue(
+            buf,
+            len,
+            dst,
+            class,
+            deadline,
+            now,
+            sent_us,
+            &mut self.stats,
+        )?;
+        self.pump(now);
+        Ok(id)
+    }
+
+    /// When [`RtSocket::poll`] must be called next at the latest.
+    pub fn next_timer(&self) -> Instant {
+        self.tx.next_timer().min(self.rx.next_timer())
+    }
+
+    /// Sends what may go, then waits up to `timeout` (no longer than [`Self::next_timer`])
+    /// for datagrams and hands every message completed to `on_message`; sends reports that
+    /// are due. Returns the messages delivered.
+    pub fn poll(
+        &mut self,
+        timeout: Duration,
+        mut on_message: impl FnMut(RtMessage<'_>),
+    ) -> io::Result<usize> {
+        let now = Instant::now();
+        self.pump(now);
+        self.rx
+            .send_reports(now, &mut self.dp, self.rt_mark, &mut self.stats);
+        let wait = timeout.min(self.next_timer().saturating_duration_since(now));
+        let batch = self.dp.recv(Some(wait))?;
+        let wall = (Instant::now(), self.clock);
+        let mut delivered = 0;
+        for (src, d, at, tos) in batch.iter_marked() {
+            if slipstream_proto::rt::report::Report::is_report(d) {
+                self.tx.on_report(src, d, &self.cfg, &mut self.stats);
+                continue;
+            }
+            let arrived = at.unwrap_or(wall.0);
+            delivered += self.rx.on_datagram(
+                src,
+                d,
+                arrived,
+                wall.1.wall_us(arrived),
+                tos == TOS_EF,
+                &mut self.stats,
+                &mut on_message,
+            );
+        }
+        let now = Instant::now();
+        self.rx.expire(now, &mut self.stats);
+        self.pump(now);
+        self.rx
+            .send_reports(now, &mut self.dp, self.rt_mark, &mut self.stats);
+        Ok(delivered)
+    }
+
+    /// Sends what the smoother and the queue below allow now.
+    fn pump(&mut self, now: Instant) {
+        self.tx
+            .pump(now, &mut self.dp, self.rt_mark, &mut self.stats);
+    }
+
+    /// Messages waiting to be sent: real-time, non-real-time.
+    pub fn queued(&self) -> (usize, usize) {
+        self.tx.queued()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> RtStats {
+        let mut s = self.stats;
+        s.reassembly = self.rx.reassembly_stats();
+        if let Some(sm) = self.tx.smoother() {
+            s.smoother = sm.stats();
+            s.period_us = sm.period().as_micros() as u64;
+            s.credits = sm.credits();
+        }
+        s.datapath = self.dp.stats();
+        s
+    }
+}
+
+/// Whether the kernel takes the real-time mark as per-message control data: the TOS, and
+/// the priority too (Linux 6.13 and later). Found once per process by sending to loopback.
+fn mark_supported() -> Option<Mark> {
+    static MARK: std::sync::OnceLock<Option<Mark>> = std::sync::OnceLock::new();
+    *MARK.get_or_init(|| {
+        [Some(PRIORITY_RT), None].into_iter().find_map(|priority| {
+            let mark = Mark {
+                tos: TOS_EF,
+                priority,
+            };
+            probe_mark(mark).ok().filter(|&ok| ok).map(|_| mark)
+        })
+    })
+}
+
+/// Sends one marked datagram between two loopback sockets: whether it arrived marked.
+fn probe_mark(mark: Mark) -> io::Result<bool> {
+    let lo = SocketAddr::from(([127, 0, 0, 1], 0));
+    let mut a = Mmsg::bind(lo, false)?;
+    let mut b = Mmsg::bind(lo, false)?;
+    b.recv_tos()?;
+    a.set_mark(Some(mark));
+    a.send(
+        &[0x5a; 8],
+        &[crate::datapath::Tx::single(b.local_addr()?, 0, 8)],
+    )?;
+    if a.stats().send_errors > 0 {
+        return Ok(false);
+    }
+    let deadline = Instant::now() + Duration::from_millis(200);
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        let batch = b.recv(Some(left))?;
+        if let Some((_, _, _, tos)) = batch.iter_marked().next() {
+            return Ok(tos == mark.tos);
+        }
+    }
+    Ok(false)
+}
+
+#[cfg(test)]
+mod tests;

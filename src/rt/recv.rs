@@ -1,0 +1,260 @@
+//! The receiving side of an [`super::RtSocket`]: reassembly, delivery with one-way delay and
+//! deadline, and what each source is told in its loss reports.
+
+use super::{RtConfig, RtMessage, RtStats};
+use crate::datapath::{Datapath, TxGather};
+use crate::sys::mmsg::{Mark, Mmsg};
+use slipstream_proto::rt::header::{Class, RtHeader};
+use slipstream_proto::rt::reassembly::{Outcome, Reassembler, ReassemblyConfig, ReassemblyStats};
+use slipstream_proto::rt::report::{Report, REPORT_LEN};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// How far a source's numbering may jump ahead and still be counted as loss; further (or
+/// further back than [`REORDER`]) it is taken for a restarted sender.
+const MAX_GAP: u32 = 1 << 16;
+/// How far back a message may arrive and be taken as reordered.
+const REORDER: u32 = 1 << 10;
+
+/// A source: what it has been told, and whether there is news since.
+#[derive(Debug, Clone, Copy)]
+struct Source {
+    addr: SocketAddr,
+    key: u64,
+    used: Instant,
+    next_id: Option<u32>,
+    report: Report,
+    news: bool,
+}
+
+/// The reports of one round, as the kernel gathers them.
+struct Reports<'a>(&'a [([u8; REPORT_LEN], SocketAddr)]);
+
+impl TxGather for Reports<'_> {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn get(&self, i: usize) -> (SocketAddr, &[u8], &[u8]) {
+        (self.0[i].1, &self.0[i].0, &[])
+    }
+}
+
+#[derive(Debug)]
+pub(super) struct Receiver {
+    reasm: Reassembler,
+    sources: Vec<Source>,
+    cap: usize,
+    interval: Duration,
+    next_report: Instant,
+    out: Vec<([u8; REPORT_LEN], SocketAddr)>,
+}
+
+/// A source address as the reassembler's key: exact for IPv4, a mix of the bytes for IPv6.
+fn key(addr: SocketAddr) -> u64 {
+    match addr {
+        SocketAddr::V4(a) => (u64::from(u32::from(*a.ip())) << 16) | u64::from(a.port()),
+        SocketAddr::V6(a) => {
+            let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+            for b in a.ip().octets().into_iter().chain(a.port().to_be_bytes()) {
+                h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+            }
+            h | 1 << 63
+        }
+    }
+}
+
+impl Receiver {
+    pub(super) fn new(cfg: &RtConfig, reasm: ReassemblyConfig, now: Instant) -> Receiver {
+        Receiver {
+            reasm: Reassembler::new(reasm),
+            sources: Vec::with_capacity(cfg.peers),
+            cap: cfg.peers,
+            interval: cfg.report_interval.max(Duration::from_micros(100)),
+            next_report: now + cfg.report_interval,
+            out: Vec::with_capacity(cfg.peers),
+        }
+    }
+
+    pub(super) fn memory(&self) -> usize {
+        self.reasm.memory()
+            + self.sources.capacity() * std::mem::size_of::<Source>()
+            + self.out.capacity() * std::mem::size_of::<([u8; REPORT_LEN], SocketAddr)>()
+    }
+
+    pub(super) fn reassembly_stats(&self) -> ReassemblyStats {
+        self.reasm.stats()
+    }
+
+    pub(super) fn next_timer(&self) -> Instant {
+        self.next_report
+    }
+
+    /// A datagram (not a report) arrived from `src` at `at` (wall clock `at_us`). Returns 1 if
+    /// it completed a message, which `on_message` got.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn on_datagram(
+        &mut self,
+        src: SocketAddr,
+        d: &[u8],
+        at: Instant,
+        at_us: u64,
+        marked: bool,
+        stats: &mut RtStats,
+        on_message: &mut impl FnMut(RtMessage<'_>),
+    ) -> usize {
+        stats.marked_received += u64::from(marked);
+        let k = key(src);
+        let (hdr, data, slot) = match self.reasm.insert(at, k, d) {
+            Ok(Outcome::Whole(h, payload)) => (h, payload, None),
+            Ok(Outcome::Complete(slot)) => match self.reasm.message(slot) {
+                Some((h, _, bytes)) => (*h, bytes, Some(slot)),
+                None => return 0,
+            },
+            Ok(Outcome::Partial) | Err(_) => {
+                self.take_expired(stats);
+                return 0;
+            }
+        };
+        let one_way_us = at_us.saturating_sub(hdr.sent_us);
+        let late = hdr.deadline_us != 0 && one_way_us > u64::from(hdr.deadline_us);
+        match (hdr.class, late) {
+            (Class::Rt, false) => stats.rt_delivered += 1,
+            (Class::Rt, true) => {
+                stats.rt_delivered += 1;
+                stats.rt_late += 1;
+            }
+            (Class::Nrt, false) => stats.nrt_delivered += 1,
+            (Class::Nrt, true) => {
+                stats.nrt_delivered += 1;
+                stats.nrt_late += 1;
+            }
+        }
+        let s = source(&mut self.sources, self.cap, src, k, at);
+        count(s, &hdr, late, stats);
+        on_message(RtMessage {
+            src,
+            class: hdr.class,
+            id: hdr.msg_id,
+            data,
+            sent_us: hdr.sent_us,
+            one_way: Duration::from_micros(one_way_us),
+            deadline: (hdr.deadline_us != 0)
+                .then(|| Duration::from_micros(u64::from(hdr.deadline_us))),
+            late,
+            marked,
+        });
+        if let Some(slot) = slot {
+            self.reasm.release(slot);
+        }
+        self.take_expired(stats);
+        1
+    }
+
+    /// Drops messages past their time and tells their sources.
+    pub(super) fn expire(&mut self, now: Instant, stats: &mut RtStats) {
+        self.reasm.expire(now);
+        self.take_expired(stats);
+    }
+
+    fn take_expired(&mut self, _stats: &mut RtStats) {
+        let sources = &mut self.sources;
+        self.reasm.take_expired(|k, _id| {
+            if let Some(s) = sources.iter_mut().find(|s| s.key == k) {
+                s.report.expired = s.report.expired.wrapping_add(1);
+                s.news = true;
+            }
+        });
+    }
+
+    /// Sends each source with news its report, if one is due.
+    pub(super) fn send_reports(
+        &mut self,
+        now: Instant,
+        dp: &mut Mmsg,
+        mark: Option<Mark>,
+        stats: &mut RtStats,
+    ) {
+        if now < self.next_report {
+            return;
+        }
+        self.next_report = now + self.interval;
+        self.out.clear();
+        for s in self.sources.iter_mut().filter(|s| s.news) {
+            s.news = false;
+            s.report.seq = s.report.seq.wrapping_add(1);
+            let mut b = [0; REPORT_LEN];
+            s.report.emit(&mut b);
+            self.out.push((b, s.addr));
+        }
+        if self.out.is_empty() {
+            return;
+        }
+        dp.set_mark(mark);
+        let _ = dp.send_gather(&Reports(&self.out));
+        stats.reports_sent += self.out.len() as u64;
+    }
+}
+
+/// The entry of `addr`, made (in place of the least recently active if the table is full)
+/// if there is none.
+fn source(
+    sources: &mut Vec<Source>,
+    cap: usize,
+    addr: SocketAddr,
+    key: u64,
+    now: Instant,
+) -> &mut Source {
+    let fresh = Source {
+        addr,
+        key,
+        used: now,
+        next_id: None,
+        report: Report::default(),
+        news: false,
+    };
+    let i = match sources.iter().position(|s| s.addr == addr) {
+        Some(i) => i,
+        None if sources.len() < cap => {
+            sources.push(fresh);
+            sources.len() - 1
+        }
+        None => {
+            let (i, _) = sources
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, s)| s.used)
+                .expect("at least one source");
+            sources[i] = fresh;
+            i
+        }
+    };
+    let s = &mut sources[i];
+    s.used = now;
+    s
+}
+
+/// Counts a delivered message into its source's report: ids skipped are missing.
+fn count(s: &mut Source, h: &RtHeader, late: bool, stats: &mut RtStats) {
+    let r = &mut s.report;
+    r.delivered = r.delivered.wrapping_add(1);
+    if late {
+        r.late = r.late.wrapping_add(1);
+    }
+    match s.next_id {
+        None => s.next_id = Some(h.msg_id.wrapping_add(1)),
+        Some(next) => {
+            let ahead = h.msg_id.wrapping_sub(next);
+            let behind = next.wrapping_sub(h.msg_id);
+            if ahead < MAX_GAP {
+                r.missing = r.missing.wrapping_add(ahead);
+                s.next_id = Some(h.msg_id.wrapping_add(1));
+            } else if behind > REORDER {
+                stats.resyncs += 1;
+                s.next_id = Some(h.msg_id.wrapping_add(1));
+            }
+        }
+    }
+    r.next_id = s.next_id.unwrap_or(0);
+    s.news = true;
+}

@@ -1,0 +1,401 @@
+//! The sending side of an [`super::RtSocket`]: the queues of both classes, fragmenting into
+//! GSO runs, the smoother, the model of the queue below, and the destinations' numbering and
+//! reports.
+
+use super::{Buf, Class, RtConfig, RtStats, SendError, WouldBlock};
+use crate::datapath::{Datapath, TxGather};
+use crate::sys::mmsg::{Mark, Mmsg};
+use slipstream_proto::rt::header::{RtHeader, RT_HEADER_LEN};
+use slipstream_proto::rt::report::Report;
+use slipstream_proto::rt::smoother::Smoother;
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// Fragments handed to the kernel per call at most (their headers are built in place).
+const HDRS: usize = 256;
+
+/// A message queued or being sent.
+#[derive(Debug)]
+struct Pending {
+    buf: Buf,
+    dst: SocketAddr,
+    class: Class,
+    id: u32,
+    sent_us: u64,
+    deadline_us: u32,
+    /// Its deadline, for dropping it unsent.
+    expires: Option<Instant>,
+    /// Fragments already sent, and in all.
+    done: u32,
+    total: u32,
+}
+
+/// A destination: its message numbering and the last report taken from it.
+#[derive(Debug, Clone, Copy)]
+struct Peer {
+    addr: SocketAddr,
+    next_id: u32,
+    used: Instant,
+    report: Option<Report>,
+}
+
+/// The link below the socket, modelled: when it will have sent everything handed to it.
+#[derive(Debug, Clone, Copy)]
+struct Below {
+    rate: u64,
+    packets: u32,
+    free_at: Instant,
+    /// Time of one full datagram on the link.
+    full: Duration,
+}
+
+impl Below {
+    fn time(&self, ip_bytes: usize) -> Duration {
+        Duration::from_nanos((ip_bytes as u64 * 8_000_000_000) / self.rate.max(1))
+    }
+
+    /// Full datagrams still queued below at `now`.
+    fn queued(&self, now: Instant) -> u32 {
+        let backlog = self.free_at.saturating_duration_since(now);
+        backlog.as_nanos().div_ceil(self.full.as_nanos().max(1)) as u32
+    }
+
+    /// When one more non-real-time datagram may go.
+    fn room_at(&self) -> Instant {
+        self.free_at - self.full * self.packets.saturating_sub(1)
+    }
+
+    fn account(&mut self, now: Instant, ip_bytes: usize) {
+        self.free_at = self.free_at.max(now) + self.time(ip_bytes);
+    }
+}
+
+/// The fragments `first..first + n` of a message, as the kernel gathers them.
+struct Frags<'a> {
+    dst: SocketAddr,
+    hdrs: &'a [[u8; RT_HEADER_LEN]],
+    payload: &'a [u8],
+    frag_len: usize,
+    first: usize,
+}
+
+impl TxGather for Frags<'_> {
+    fn len(&self) -> usize {
+        self.hdrs.len()
+    }
+
+    fn get(&self, i: usize) -> (SocketAddr, &[u8], &[u8]) {
+        let start = ((self.first + i) * self.frag_len).min(self.payload.len());
+        let end = (start + self.frag_len).min(self.payload.len());
+        (self.dst, &self.hdrs[i], &self.payload[start..end])
+    }
+}
+
+#[derive(Debug)]
+pub(super) struct Sender {
+    frag_len: u16,
+    ip_udp: usize,
+    max_message: usize,
+    late_is_loss: bool,
+    rt: VecDeque<Pending>,
+    nrt: VecDeque<Pending>,
+    rt_cap: usize,
+    nrt_cap: usize,
+    hdrs: Vec<[u8; RT_HEADER_LEN]>,
+    smoother: Option<Smoother>,
+    below: Option<Below>,
+    peers: Vec<Peer>,
+    peers_cap: usize,
+}
+
+impl Sender {
+    pub(super) fn new(cfg: &RtConfig, frag_len: u16, ip_udp: usize, now: Instant) -> Sender {
+        let mut below = cfg.link_rate.map(|rate| Below {
+            rate,
+            packets: cfg.below_packets.max(1),
+            free_at: now,
+            full: Duration::ZERO,
+        });
+        if let Some(b) = &mut below {
+            b.full = b.time(usize::from(frag_len) + RT_HEADER_LEN + ip_udp);
+        }
+        Sender {
+            frag_len,
+            ip_udp,
+            max_message: cfg.max_message,
+            late_is_loss: cfg.late_is_loss,
+            rt: VecDeque::with_capacity(cfg.rt_queue),
+            nrt: VecDeque::with_capacity(cfg.nrt_queue),
+            rt_cap: cfg.rt_queue,
+            nrt_cap: cfg.nrt_queue,
+            hdrs: vec![[0; RT_HEADER_LEN]; HDRS],
+            smoother: cfg.smoother.map(|c| Smoother::new(c, now)),
+            below,
+            peers: Vec::with_capacity(cfg.peers),
+            peers_cap: cfg.peers,
+        }
+    }
+
+    pub(super) fn frag_len(&self) -> u16 {
+        self.frag_len
+    }
+
+    pub(super) fn memory(&self) -> usize {
+        (self.rt.capacity() + self.nrt.capacity()) * std::mem::size_of::<Pending>()
+            + self.hdrs.len() * RT_HEADER_LEN
+            + self.peers.capacity() * std::mem::size_of::<Peer>()
+    }
+
+    pub(super) fn smoother(&self) -> Option<&Smoother> {
+        self.smoother.as_ref()
+    }
+
+    pub(super) fn queued(&self) -> (usize, usize) {
+        (self.rt.len(), self.nrt.len())
+    }
+
+    /// The entry of `dst`, made (in place of the least recently used one if the table is
+    /// full) if there is none.
+    fn peer(&mut self, dst: SocketAddr, now: Instant) -> &mut Peer {
+        let i = match self.peers.iter().position(|p| p.addr == dst) {
+            Some(i) => i,
+            None => {
+                let fresh = Peer {
+                    addr: dst,
+                    next_id: 0,
+                    used: now,
+                    report: None,
+                };
+                if self.peers.len() < self.peers_cap {
+                    self.peers.push(fresh);
+                    self.peers.len() - 1
+                } else {
+                    let (i, _) = self
+                        .peers
+                        .iter()
+                        .enumerate()
+                        .min_by_key(|(_, p)| p.used)
+                        .expect("at least one peer");
+                    self.peers[i] = fresh;
+                    i
+                }
+            }
+        };
+        let p = &mut self.peers[i];
+        p.used = now;
+        p
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn enqueue(
+        &mut self,
+        mut buf: Buf,
+        len: usize,
+        dst: SocketAddr,
+        class: Class,
+        deadline: Option<Duration>,
+        now: Instant,
+        sent_us: u64,
+        stats: &mut RtStats,
+    ) -> Result<u32, SendError> {
+        let refuse = |reason, buf| Err(SendError { reason, buf });
+        if len > buf.capacity() || len > self.max_message {
+            stats.too_long += 1;
+            return refuse(WouldBlock::TooLong, buf);
+        }
+        let (queue_len, cap) = match class {
+            Class::Rt => (self.rt.len(), self.rt_cap),
+            Class::Nrt => (self.nrt.len(), self.nrt_cap),
+        };
+        if queue_len >= cap {
+            match class {
+                Class::Rt => stats.rt_refused += 1,
+                Class::Nrt => stats.nrt_refused += 1,
+            }
+            let reason = match class {
+                Class::Rt => WouldBlock::RtQueueFull,
+                Class::Nrt => WouldBlock::NrtQueueFull,
+            };
+            return refuse(reason, buf);
+        }
+        let peer = self.peer(dst, now);
+        let id = peer.next_id;
+        peer.next_id = id.wrapping_add(1);
+        buf.set_len(len);
+        let p = Pending {
+            buf,
+            dst,
+            class,
+            id,
+            sent_us,
+            deadline_us: deadline.map_or(0, |d| d.as_micros().clamp(1, u32::MAX as u128) as u32),
+            expires: deadline.map(|d| now + d),
+            done: 0,
+            total: RtHeader::fragments(len as u32, self.frag_len),
+        };
+        match class {
+            Class::Rt => {
+                stats.rt_sent += 1;
+                self.rt.push_back(p)
+            }
+            Class::Nrt => {
+                stats.nrt_sent += 1;
+                self.nrt.push_back(p)
+            }
+        }
+        Ok(id)
+    }
+
+    /// When the sender needs time next: the smoother's refresh, room below for a waiting
+    /// non-real-time packet, or a queued message's deadline.
+    pub(super) fn next_timer(&self) -> Instant {
+        let far = Instant::now() + Duration::from_secs(3600);
+        let refresh = self.smoother.as_ref().map_or(far, |s| s.next_refresh());
+        if self.nrt.is_empty() {
+            return refresh;
+        }
+        let room = self.below.as_ref().map_or(far, |b| b.room_at());
+        let expiry = self
+            .nrt
+            .iter()
+            .filter(|p| p.done == 0)
+            .filter_map(|p| p.expires)
+            .min()
+            .unwrap_or(far);
+        refresh.min(room).min(expiry)
+    }
+
+    /// Sends whatever may go now.
+    pub(super) fn pump(
+        &mut self,
+        now: Instant,
+        dp: &mut Mmsg,
+        rt_mark: Option<Mark>,
+        stats: &mut RtStats,
+    ) {
+        if let Some(s) = &mut self.smoother {
+            s.handle_timeout(now);
+        }
+        while let Some(mut p) = self.rt.pop_front() {
+            while p.done < p.total {
+                let n = (p.total - p.done).min(HDRS as u32);
+                self.send_fragments(&mut p, n, now, dp, rt_mark, stats);
+            }
+        }
+        while let Some(i) = self
+            .nrt
+            .iter()
+            .position(|p| p.done == 0 && p.expires.is_some_and(|e| e <= now))
+        {
+            self.nrt.remove(i);
+            stats.nrt_expired += 1;
+        }
+        while let Some(mut p) = self.nrt.pop_front() {
+            let room = self
+                .below
+                .as_ref()
+                .map_or(u32::MAX, |b| b.packets.saturating_sub(b.queued(now)));
+            let want = (p.total - p.done).min(room).min(HDRS as u32);
+            let n = match &mut self.smoother {
+                Some(s) => (0..want).take_while(|_| s.try_nrt()).count() as u32,
+                None => want,
+            };
+            if n > 0 {
+                self.send_fragments(&mut p, n, now, dp, None, stats);
+            }
+            if p.done < p.total {
+                self.nrt.push_front(p);
+                break;
+            }
+        }
+    }
+
+    /// Sends the next `n` fragments of `p`.
+    fn send_fragments(
+        &mut self,
+        p: &mut Pending,
+        n: u32,
+        now: Instant,
+        dp: &mut Mmsg,
+        mark: Option<Mark>,
+        stats: &mut RtStats,
+    ) {
+        let len = p.buf.len() as u32;
+        let n = n.min(p.total - p.done) as usize;
+        for (j, h) in self.hdrs[..n].iter_mut().enumerate() {
+            let hdr = RtHeader {
+                class: p.class,
+                msg_id: p.id,
+                msg_len: len,
+                offset: (p.done + j as u32) * u32::from(self.frag_len),
+                frag_len: self.frag_len,
+                sent_us: p.sent_us,
+                deadline_us: p.deadline_us,
+            };
+            hdr.emit(h);
+        }
+        let frags = Frags {
+            dst: p.dst,
+            hdrs: &self.hdrs[..n],
+            payload: p.buf.data(),
+            frag_len: usize::from(self.frag_len),
+            first: p.done as usize,
+        };
+        dp.set_mark(mark);
+        // Whatever the kernel refuses (ENOBUFS, an unreachable destination) is counted in
+        // the datapath's counters and is loss to the receiver, as on the wire.
+        let _ = dp.send_gather(&frags);
+        for i in 0..n {
+            let (_, h, payload) = frags.get(i);
+            let bytes = h.len() + payload.len() + self.ip_udp;
+            if let Some(b) = &mut self.below {
+                b.account(now, bytes);
+            }
+            match p.class {
+                Class::Rt => {
+                    if let Some(s) = &mut self.smoother {
+                        s.take_rt();
+                    }
+                    stats.rt_fragments += 1;
+                }
+                Class::Nrt => stats.nrt_fragments += 1,
+            }
+        }
+        p.done += n as u32;
+    }
+
+    /// A receiver's report arrived from `src`.
+    pub(super) fn on_report(
+        &mut self,
+        src: SocketAddr,
+        d: &[u8],
+        _cfg: &RtConfig,
+        stats: &mut RtStats,
+    ) {
+        let (Ok(r), Some(peer)) = (
+            Report::parse(d),
+            self.peers.iter_mut().find(|p| p.addr == src),
+        ) else {
+            stats.reports_ignored += 1;
+            return;
+        };
+        let prev = peer.report.unwrap_or(Report {
+            seq: r.seq.wrapping_sub(1),
+            ..Report::default()
+        });
+        let Some(l) = r.since(&prev) else {
+            stats.reports_ignored += 1;
+            return;
+        };
+        peer.report = Some(r);
+        stats.reports_taken += 1;
+        stats.reported_missing += u64::from(l.missing);
+        stats.reported_late += u64::from(l.late);
+        stats.reported_expired += u64::from(l.expired);
+        let lost = l.missing > 0 || l.expired > 0 || (self.late_is_loss && l.late > 0);
+        if let Some(s) = &mut self.smoother {
+            s.on_report(lost);
+        }
+    }
+}

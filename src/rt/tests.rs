@@ -1,0 +1,348 @@
+//! The real-time socket on loopback: whole messages of every size, the smoother holding
+//! non-real-time traffic, refusals, reports both ways, marking and hostile fragments.
+
+use super::*;
+use slipstream_proto::rt::header::RtHeader;
+use slipstream_proto::rt::report::{Report, REPORT_LEN};
+use std::net::UdpSocket;
+
+fn lo() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+fn pattern(len: usize, seed: u8) -> impl Iterator<Item = u8> {
+    (0..len).map(move |i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+}
+
+/// Polls `a` and `b` until `b` has received `want` messages or 5 s pass.
+fn receive_all(b: &mut RtSocket, a: &mut RtSocket, want: usize) -> Vec<(Class, Vec<u8>, bool)> {
+    let mut got = Vec::new();
+    let end = Instant::now() + Duration::from_secs(5);
+    while got.len() < want && Instant::now() < end {
+        a.poll(Duration::ZERO, |_| {}).unwrap();
+        b.poll(Duration::from_millis(5), |m| {
+            got.push((m.class, m.data.to_vec(), m.late))
+        })
+        .unwrap();
+    }
+    got
+}
+
+fn send(a: &mut RtSocket, dst: SocketAddr, len: usize, seed: u8, class: Class) -> u32 {
+    let mut buf = a.claim().expect("a free buffer");
+    for (d, s) in buf.as_mut().iter_mut().zip(pattern(len, seed)) {
+        *d = s;
+    }
+    a.send(buf, len, dst, class, Some(Duration::from_secs(2)))
+        .expect("queued")
+}
+
+#[test]
+fn messages_of_every_size_arrive_whole_and_exact() {
+    let cfg = RtConfig {
+        max_message: 1 << 20,
+        buffers: 8,
+        reassembly_slots: 4,
+        smoother: None,
+        ..RtConfig::default()
+    };
+    let mut a = RtSocket::open(lo(), cfg).unwrap();
+    let mut b = RtSocket::open(lo(), cfg).unwrap();
+    let dst = b.local_addr().unwrap();
+    let f = a.fragment_len();
+    assert_eq!(f, 1500 - 28 - 32);
+    for (i, &len) in [0, 1, f - 1, f, f + 1, 64 << 10, 1 << 20]
+        .iter()
+        .enumerate()
+    {
+        let class = if i % 2 == 0 { Class::Rt } else { Class::Nrt };
+        send(&mut a, dst, len, i as u8, class);
+        let got = receive_all(&mut b, &mut a, 1);
+        assert_eq!(got.len(), 1, "message of {len} bytes did not arrive");
+        let (c, data, late) = &got[0];
+        assert_eq!(*c, class);
+        assert!(!late);
+        assert!(
+            data.iter().copied().eq(pattern(len, i as u8)),
+            "{len} bytes differ"
+        );
+    }
+    let s = a.stats();
+    assert_eq!(s.rt_sent + s.nrt_sent, 7);
+    assert!(
+        s.datapath.gso_sends > 0,
+        "large messages go as GSO runs: {s:?}"
+    );
+    assert_eq!(
+        b.stats().reassembly.completed,
+        3,
+        "64 KiB, 1 MiB and f+1 bytes"
+    );
+}
+
+#[test]
+fn the_smoother_holds_non_real_time_packets_and_never_real_time_ones() {
+    let cfg = RtConfig {
+        smoother: Some(SmootherConfig {
+            depth: 4,
+            rp0: Duration::from_secs(3600),
+            rp_min: Duration::from_secs(3600),
+            rp_max: Duration::from_secs(3600),
+            ..SmootherConfig::default()
+        }),
+        ..RtConfig::default()
+    };
+    let mut a = RtSocket::open(lo(), cfg).unwrap();
+    let b = UdpSocket::bind(lo()).unwrap();
+    let dst = b.local_addr().unwrap();
+    for i in 0..10 {
+        send(&mut a, dst, 100, i, Class::Nrt);
+    }
+    // At least one credit each (the default rule): a bucket of 4 lets 4 go.
+    assert_eq!(a.stats().nrt_fragments, 4);
+    assert_eq!(a.queued(), (0, 6));
+    for i in 0..5 {
+        send(&mut a, dst, 3000, i, Class::Rt);
+    }
+    let s = a.stats();
+    assert_eq!(s.rt_fragments, 5 * 3, "real-time leaves at once, in debt");
+    assert_eq!(s.credits, -15);
+    assert_eq!(s.nrt_fragments, 4);
+}
+
+#[test]
+fn a_full_queue_refuses_with_the_reason_and_gives_the_buffer_back() {
+    let cfg = RtConfig {
+        nrt_queue: 2,
+        smoother: Some(SmootherConfig {
+            depth: 1,
+            rp0: Duration::from_secs(3600),
+            rp_min: Duration::from_secs(3600),
+            rp_max: Duration::from_secs(3600),
+            ..SmootherConfig::default()
+        }),
+        ..RtConfig::default()
+    };
+    let mut a = RtSocket::open(lo(), cfg).unwrap();
+    let dst = UdpSocket::bind(lo()).unwrap().local_addr().unwrap();
+    for i in 0..3 {
+        send(&mut a, dst, 10, i, Class::Nrt);
+    }
+    let free = a.free_buffers();
+    let buf = a.claim().unwrap();
+    let e = a.send(buf, 10, dst, Class::Nrt, None).unwrap_err();
+    assert_eq!(e.reason, WouldBlock::NrtQueueFull);
+    assert!(e.to_string().contains("smoother"));
+    drop(e);
+    assert_eq!(
+        a.free_buffers(),
+        free,
+        "the refused buffer is back in the pool"
+    );
+    let buf = a.claim().unwrap();
+    let e = a
+        .send(buf, (64 << 10) + 1, dst, Class::Rt, None)
+        .unwrap_err();
+    assert_eq!(e.reason, WouldBlock::TooLong);
+    let s = a.stats();
+    assert_eq!((s.nrt_refused, s.too_long), (1, 1));
+}
+
+#[test]
+fn a_waiting_non_real_time_message_past_its_deadline_is_dropped_and_counted() {
+    let cfg = RtConfig {
+        smoother: Some(SmootherConfig {
+            depth: 1,
+            rp0: Duration::from_secs(3600),
+            rp_min: Duration::from_secs(3600),
+            rp_max: Duration::from_secs(3600),
+            ..SmootherConfig::default()
+        }),
+        ..RtConfig::default()
+    };
+    let mut a = RtSocket::open(lo(), cfg).unwrap();
+    let dst = UdpSocket::bind(lo()).unwrap().local_addr().unwrap();
+    for _ in 0..3 {
+        let buf = a.claim().unwrap();
+        a.send(buf, 10, dst, Class::Nrt, Some(Duration::from_millis(20)))
+            .unwrap();
+    }
+    assert_eq!(a.queued(), (0, 2));
+    std::thread::sleep(Duration::from_millis(30));
+    a.poll(Duration::ZERO, |_| {}).unwrap();
+    assert_eq!(a.queued(), (0, 0));
+    assert_eq!(a.stats().nrt_expired, 2);
+    assert_eq!(a.free_buffers(), a.config().buffers);
+}
+
+fn fragment(id: u32, msg_len: u32, offset: u32, frag_len: u16, payload: usize) -> Vec<u8> {
+    let mut d = vec![7; RT_HEADER_LEN + payload];
+    RtHeader {
+        class: Class::Rt,
+        msg_id: id,
+        msg_len,
+        offset,
+        frag_len,
+        sent_us: 0,
+        deadline_us: 0,
+    }
+    .emit(&mut d)
+    .unwrap();
+    d
+}
+
+#[test]
+fn a_receiver_reports_missing_messages_and_incomplete_ones_to_their_sender() {
+    let cfg = RtConfig {
+        report_interval: Duration::from_millis(2),
+        reassembly_timeout: Duration::from_millis(10),
+        ..RtConfig::default()
+    };
+    let mut b = RtSocket::open(lo(), cfg).unwrap();
+    let dst = b.local_addr().unwrap();
+    let raw = UdpSocket::bind(lo()).unwrap();
+    raw.set_read_timeout(Some(Duration::from_millis(10)))
+        .unwrap();
+    // Messages 0 and 3 whole, 1 and 2 never: 2 missing; message 4 half, never finished.
+    raw.send_to(&fragment(0, 10, 0, 10, 10), dst).unwrap();
+    raw.send_to(&fragment(3, 10, 0, 10, 10), dst).unwrap();
+    raw.send_to(&fragment(4, 1200, 0, 600, 600), dst).unwrap();
+    let mut last = None;
+    let end = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < end {
+        b.poll(Duration::from_millis(2), |_| {}).unwrap();
+        let mut r = [0; 64];
+        if let Ok((n, _)) = raw.recv_from(&mut r) {
+            let rep = Report::parse(&r[..n]).expect("a report");
+            last = Some(rep);
+            if rep.expired == 1 {
+                break;
+            }
+        }
+    }
+    let rep = last.expect("reports came");
+    assert_eq!(
+        (rep.delivered, rep.missing, rep.expired, rep.next_id),
+        (2, 2, 1, 4)
+    );
+    assert_eq!(b.stats().reassembly.expired, 1);
+}
+
+#[test]
+fn a_loss_report_lengthens_the_senders_refresh_period() {
+    let cfg = RtConfig {
+        smoother: Some(SmootherConfig {
+            rp0: Duration::from_millis(10),
+            ..SmootherConfig::default()
+        }),
+        ..RtConfig::default()
+    };
+    let mut a = RtSocket::open(lo(), cfg).unwrap();
+    let raw = UdpSocket::bind(lo()).unwrap();
+    let src = a.local_addr().unwrap();
+    // A report from a peer never sent to is ignored.
+    let mut r = [0; REPORT_LEN];
+    Report {
+        missing: 5,
+        seq: 1,
+        ..Report::default()
+    }
+    .emit(&mut r);
+    raw.send_to(&r, src).unwrap();
+    std::thread::sleep(Duration::from_millis(5));
+    a.poll(Duration::from_millis(1), |_| {}).unwrap();
+    assert_eq!(a.stats().reports_ignored, 1);
+    send(&mut a, raw.local_addr().unwrap(), 10, 0, Class::Rt);
+    raw.send_to(&r, src).unwrap();
+    let end = Instant::now() + Duration::from_secs(2);
+    while a.stats().smoother.lossy_refreshes == 0 && Instant::now() < end {
+        a.poll(Duration::from_millis(2), |_| {}).unwrap();
+    }
+    let s = a.stats();
+    assert_eq!((s.reports_taken, s.reported_missing), (1, 5));
+    assert_eq!(s.smoother.lossy_refreshes, 1);
+    assert!(
+        s.period_us >= 16_000,
+        "doubled from about 10 ms: {}",
+        s.period_us
+    );
+    // The same report again is old news.
+    raw.send_to(&r, src).unwrap();
+    std::thread::sleep(Duration::from_millis(5));
+    a.poll(Duration::from_millis(1), |_| {}).unwrap();
+    assert_eq!(a.stats().reports_ignored, 2);
+}
+
+#[test]
+fn real_time_datagrams_arrive_marked_ef_and_others_unmarked() {
+    let mut a = RtSocket::open(lo(), RtConfig::default()).unwrap();
+    let mut b = RtSocket::open(lo(), RtConfig::default()).unwrap();
+    let (marks, _) = a.marking();
+    if !marks {
+        assert!(
+            std::env::var("CI").map_or(true, |v| v != "true"),
+            "the kernel does not take IP_TOS per message"
+        );
+        eprintln!("skipping: the kernel does not take IP_TOS per message");
+        return;
+    }
+    let dst = b.local_addr().unwrap();
+    send(&mut a, dst, 3000, 1, Class::Rt);
+    send(&mut a, dst, 3000, 2, Class::Nrt);
+    let mut marked = Vec::new();
+    let end = Instant::now() + Duration::from_secs(3);
+    while marked.len() < 2 && Instant::now() < end {
+        b.poll(Duration::from_millis(5), |m| {
+            marked.push((m.class, m.marked))
+        })
+        .unwrap();
+    }
+    marked.sort_by_key(|&(c, _)| c == Class::Nrt);
+    assert_eq!(marked, [(Class::Rt, true), (Class::Nrt, false)]);
+    assert_eq!(
+        b.stats().marked_received,
+        3,
+        "3 fragments of the real-time message"
+    );
+}
+
+#[test]
+fn hostile_fragments_are_counted_and_memory_stays_fixed() {
+    let cfg = RtConfig {
+        reassembly_slots: 2,
+        reassembly_timeout: Duration::from_millis(5),
+        ..RtConfig::default()
+    };
+    let mut b = RtSocket::open(lo(), cfg).unwrap();
+    let memory = b.memory();
+    let dst = b.local_addr().unwrap();
+    let raw = UdpSocket::bind(lo()).unwrap();
+    let mut sent = 0;
+    for id in 0..200u32 {
+        for d in [
+            fragment(id, 1 << 30, 0, 600, 600), // longer than any buffer
+            fragment(id, 60_000, 0, 1, 1),      // claims 60,000 fragments
+            fragment(id, 1200, 600, 600, 10),   // not where it says
+            fragment(id, 1200, 1800, 600, 600), // past the end
+            fragment(id, 4000, 0, 1000, 1000),  // never completes
+            b"RT garbage".to_vec(),
+        ] {
+            raw.send_to(&d, dst).unwrap();
+            sent += 1;
+        }
+    }
+    let end = Instant::now() + Duration::from_secs(3);
+    while b.stats().reassembly.refused() + b.stats().reassembly.accepted < sent
+        && Instant::now() < end
+    {
+        b.poll(Duration::from_millis(5), |_| panic!("nothing is whole"))
+            .unwrap();
+    }
+    let s = b.stats().reassembly;
+    assert_eq!(
+        s.refused() + s.accepted,
+        sent,
+        "every datagram counted: {s:?}"
+    );
+    assert_eq!(b.memory(), memory);
+}
