@@ -164,7 +164,7 @@ pub struct RtMessage<'a> {
     pub src: SocketAddr,
     /// Its class.
     pub class: Class,
-    /// The sender's number for it (per destination, consecutive).
+    /// The sender's number for it (consecutive per destination and class).
     pub id: u32,
     /// Its bytes (in the socket's memory, valid during the call).
     pub data: &'a [u8],
@@ -360,8 +360,8 @@ impl RtSocket {
     }
 
     /// Sends the first `len` bytes of `buf` to `dst` as one message of `class`, of use for
-    /// `deadline` after now (`None`: no deadline). Returns its number. See the module's
-    /// calling protocol.
+    /// `deadline` after now (`None`: no deadline). Returns its number (consecutive per
+    /// destination and class). See the module's calling protocol.
     pub fn send(
         &mut self,
         buf: Buf,

@@ -22,7 +22,8 @@ struct Source {
     addr: SocketAddr,
     key: u64,
     used: Instant,
-    next_id: Option<u32>,
+    /// The next id expected, by class (real-time, non-real-time).
+    next_id: [Option<u32>; 2],
     report: Report,
     news: bool,
 }
@@ -50,7 +51,8 @@ pub(super) struct Receiver {
     out: Vec<([u8; REPORT_LEN], SocketAddr)>,
 }
 
-/// A source address as the reassembler's key: exact for IPv4, a mix of the bytes for IPv6.
+/// A source address as the reassembler's key: exact for IPv4, a mix of the bytes for IPv6
+/// (bit 63 set); bit 62 is left for the class.
 fn key(addr: SocketAddr) -> u64 {
     match addr {
         SocketAddr::V4(a) => (u64::from(u32::from(*a.ip())) << 16) | u64::from(a.port()),
@@ -59,7 +61,7 @@ fn key(addr: SocketAddr) -> u64 {
             for b in a.ip().octets().into_iter().chain(a.port().to_be_bytes()) {
                 h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
             }
-            h | 1 << 63
+            (h | 1 << 63) & !(1 << 62)
         }
     }
 }
@@ -105,7 +107,9 @@ impl Receiver {
     ) -> usize {
         stats.marked_received += u64::from(marked);
         let k = key(src);
-        let (hdr, data, slot) = match self.reasm.insert(at, k, d) {
+        // The classes number their messages apart: they are apart in reassembly too.
+        let class_bit = u64::from(d.get(3).copied().unwrap_or(0) & 1) << 62;
+        let (hdr, data, slot) = match self.reasm.insert(at, k | class_bit, d) {
             Ok(Outcome::Whole(h, payload)) => (h, payload, None),
             Ok(Outcome::Complete(slot)) => match self.reasm.message(slot) {
                 Some((h, _, bytes)) => (*h, bytes, Some(slot)),
@@ -160,6 +164,7 @@ impl Receiver {
     fn take_expired(&mut self, _stats: &mut RtStats) {
         let sources = &mut self.sources;
         self.reasm.take_expired(|k, _id| {
+            let k = k & !(1 << 62);
             if let Some(s) = sources.iter_mut().find(|s| s.key == k) {
                 s.report.expired = s.report.expired.wrapping_add(1);
                 s.news = true;
@@ -209,7 +214,7 @@ fn source(
         addr,
         key,
         used: now,
-        next_id: None,
+        next_id: [None; 2],
         report: Report::default(),
         news: false,
     };
@@ -241,20 +246,26 @@ fn count(s: &mut Source, h: &RtHeader, late: bool, stats: &mut RtStats) {
     if late {
         r.late = r.late.wrapping_add(1);
     }
-    match s.next_id {
-        None => s.next_id = Some(h.msg_id.wrapping_add(1)),
-        Some(next) => {
-            let ahead = h.msg_id.wrapping_sub(next);
-            let behind = next.wrapping_sub(h.msg_id);
+    let c = match h.class {
+        Class::Rt => 0,
+        Class::Nrt => 1,
+    };
+    let next = &mut s.next_id[c];
+    match *next {
+        None => *next = Some(h.msg_id.wrapping_add(1)),
+        Some(n) => {
+            let ahead = h.msg_id.wrapping_sub(n);
+            let behind = n.wrapping_sub(h.msg_id);
             if ahead < MAX_GAP {
                 r.missing = r.missing.wrapping_add(ahead);
-                s.next_id = Some(h.msg_id.wrapping_add(1));
+                *next = Some(h.msg_id.wrapping_add(1));
             } else if behind > REORDER {
                 stats.resyncs += 1;
-                s.next_id = Some(h.msg_id.wrapping_add(1));
+                *next = Some(h.msg_id.wrapping_add(1));
             }
         }
     }
-    r.next_id = s.next_id.unwrap_or(0);
+    r.next_rt = s.next_id[0].unwrap_or(0);
+    r.next_nrt = s.next_id[1].unwrap_or(0);
     s.news = true;
 }

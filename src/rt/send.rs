@@ -31,11 +31,12 @@ struct Pending {
     total: u32,
 }
 
-/// A destination: its message numbering and the last report taken from it.
+/// A destination: its message numbering (by class: real-time, non-real-time) and the last
+/// report taken from it.
 #[derive(Debug, Clone, Copy)]
 struct Peer {
     addr: SocketAddr,
-    next_id: u32,
+    next_id: [u32; 2],
     used: Instant,
     report: Option<Report>,
 }
@@ -163,7 +164,7 @@ impl Sender {
             None => {
                 let fresh = Peer {
                     addr: dst,
-                    next_id: 0,
+                    next_id: [0; 2],
                     used: now,
                     report: None,
                 };
@@ -219,9 +220,9 @@ impl Sender {
             };
             return refuse(reason, buf);
         }
-        let peer = self.peer(dst, now);
-        let id = peer.next_id;
-        peer.next_id = id.wrapping_add(1);
+        let next = &mut self.peer(dst, now).next_id[usize::from(class == Class::Nrt)];
+        let id = *next;
+        *next = id.wrapping_add(1);
         buf.set_len(len);
         let p = Pending {
             buf,

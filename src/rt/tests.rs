@@ -222,7 +222,7 @@ fn a_receiver_reports_missing_messages_and_incomplete_ones_to_their_sender() {
     }
     let rep = last.expect("reports came");
     assert_eq!(
-        (rep.delivered, rep.missing, rep.expired, rep.next_id),
+        (rep.delivered, rep.missing, rep.expired, rep.next_rt),
         (2, 2, 1, 4)
     );
     assert_eq!(b.stats().reassembly.expired, 1);

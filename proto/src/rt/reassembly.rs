@@ -54,7 +54,7 @@ pub struct ReassemblyStats {
     pub completed: u64,
     /// Messages dropped incomplete at their deadline.
     pub expired: u64,
-    /// Fragments those messages held.
+    /// Fragments the expired and evicted messages held.
     pub expired_fragments: u64,
     /// Refused: not a valid fragment header.
     pub malformed: u64,
@@ -66,8 +66,11 @@ pub struct ReassemblyStats {
     pub inconsistent: u64,
     /// Refused: a fragment already held, or of a message completed lately.
     pub duplicates: u64,
-    /// Refused: the first fragment of a message with every slot taken.
+    /// Refused: the first fragment of a message with every slot holding a complete message
+    /// not yet released.
     pub no_slot: u64,
+    /// Messages dropped incomplete to make room for a new one (the oldest goes first).
+    pub evicted: u64,
 }
 
 impl ReassemblyStats {
@@ -263,7 +266,7 @@ impl Reassembler {
                 i
             }
             None => {
-                let Some(i) = self.slots.iter().position(|s| s.state == State::Free) else {
+                let Some(i) = self.free_slot() else {
                     self.stats.no_slot += 1;
                     return Err(Refused::NoSlot);
                 };
@@ -333,6 +336,28 @@ impl Reassembler {
         }
     }
 
+    /// A free slot, made by dropping the oldest incomplete message if there is none. `None`
+    /// when every slot holds a complete message not yet released.
+    fn free_slot(&mut self) -> Option<usize> {
+        if let Some(i) = self.slots.iter().position(|s| s.state == State::Free) {
+            return Some(i);
+        }
+        let (i, _) = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.state == State::Filling)
+            .min_by_key(|(_, s)| s.first_at)?;
+        let s = &mut self.slots[i];
+        s.state = State::Free;
+        self.stats.evicted += 1;
+        self.stats.expired_fragments += u64::from(s.have);
+        if self.expired_log.len() < self.expired_log.capacity() {
+            self.expired_log.push((s.src, s.hdr.msg_id));
+        }
+        Some(i)
+    }
+
     /// Drops, and counts, every message not complete by its deadline.
     pub fn expire(&mut self, now: Instant) {
         for s in &mut self.slots {
@@ -347,8 +372,9 @@ impl Reassembler {
         }
     }
 
-    /// Hands `f` the source and id of each message expired since the last call (up to
-    /// `slots` of them; [`ReassemblyStats::expired`] counts all).
+    /// Hands `f` the source and id of each message expired or evicted since the last call
+    /// (up to `slots` of them; [`ReassemblyStats::expired`] and
+    /// [`ReassemblyStats::evicted`] count all).
     pub fn take_expired(&mut self, mut f: impl FnMut(u64, u32)) {
         for (src, id) in self.expired_log.drain(..) {
             f(src, id);
@@ -486,16 +512,31 @@ mod tests {
         assert_eq!(r.insert(t, 1, &long[0]), Err(Refused::TooLong));
         let tiny = fragments(3, &msg, 10, 0);
         assert_eq!(r.insert(t, 1, &tiny[0]), Err(Refused::TooManyFragments));
-        // Every slot taken by messages that never complete: the next is refused, not
-        // stored; once they expire there is room again.
+        // Every slot taken by messages that never complete: the next takes the place of
+        // the oldest, dropped and counted.
         for id in 10..13 {
             let f = fragments(id, &msg, 1000, 0);
             assert_eq!(r.insert(t, 2, &f[0]), Ok(Outcome::Partial));
         }
         let f = fragments(20, &msg, 1000, 0);
-        assert_eq!(r.insert(t, 2, &f[0]), Err(Refused::NoSlot));
+        assert_eq!(r.insert(t, 2, &f[0]), Ok(Outcome::Partial));
+        let mut evicted = Vec::new();
+        r.take_expired(|src, id| evicted.push((src, id)));
+        assert_eq!(evicted, [(1, 1)]);
+        // Every slot holding a complete message the caller has not released: no room.
         let later = t + Duration::from_millis(10);
-        assert_eq!(r.insert(later, 2, &f[0]), Ok(Outcome::Partial));
+        for id in 30..34 {
+            let f = fragments(id, &msg, 1000, 0);
+            for d in &f[..3] {
+                assert_eq!(r.insert(later, 3, d), Ok(Outcome::Partial));
+            }
+            assert!(matches!(
+                r.insert(later, 3, &f[3]),
+                Ok(Outcome::Complete(_))
+            ));
+        }
+        let f = fragments(40, &msg, 1000, 0);
+        assert_eq!(r.insert(later, 3, &f[0]), Err(Refused::NoSlot));
         assert_eq!(
             r.insert(later, 1, &[0u8; 7]),
             Err(Refused::Malformed(HeaderError::Short))
@@ -511,7 +552,7 @@ mod tests {
             ),
             (2, 1, 1, 1, 1)
         );
-        assert_eq!((st.expired, st.malformed), (4, 1));
+        assert_eq!((st.expired, st.evicted, st.malformed), (4, 1, 1));
     }
 
     #[test]

@@ -9,12 +9,13 @@
 //! |                Messages missing (never whole)                 |
 //! |                  Messages past their deadline                 |
 //! |              Messages dropped incomplete (expired)            |
-//! |                  Next expected message id                     |
+//! |           Next expected message id, real-time class           |
 //! |                      Report number                            |
-//! |                        Reserved (0)                           |
+//! |         Next expected message id, non-real-time class         |
 //! ```
 //!
-//! Every count is cumulative since the receiver first heard from the sender, modulo 2³²: a
+//! Each class numbers its messages on its own (real-time messages overtake queued
+//! non-real-time ones by design); the counts cover both. Every count is cumulative since the receiver first heard from the sender, modulo 2³²: a
 //! lost or reordered report costs nothing, the sender compares each with the last it took
 //! (the report number tells an old one from a new one). The kind byte sits where a
 //! fragment's class does, with a value no class has, so a report never parses as a fragment
@@ -39,10 +40,12 @@ pub struct Report {
     /// Messages dropped incomplete at their deadline (also counted in `missing` once a later
     /// message arrives).
     pub expired: u32,
-    /// The id the receiver expects next.
-    pub next_id: u32,
+    /// The id the receiver expects next, in the real-time class.
+    pub next_rt: u32,
     /// This report's number (one more than the previous report to the same sender).
     pub seq: u32,
+    /// The id the receiver expects next, in the non-real-time class.
+    pub next_nrt: u32,
 }
 
 /// Why a datagram is not a report.
@@ -52,8 +55,6 @@ pub enum ReportError {
     Length,
     /// Another protocol, version or kind.
     Kind,
-    /// Reserved bits set.
-    Reserved,
 }
 
 impl Report {
@@ -73,16 +74,14 @@ impl Report {
             return Err(ReportError::Kind);
         }
         let u32_at = |i: usize| u32::from_be_bytes([d[i], d[i + 1], d[i + 2], d[i + 3]]);
-        if u32_at(28) != 0 {
-            return Err(ReportError::Reserved);
-        }
         Ok(Report {
             delivered: u32_at(4),
             missing: u32_at(8),
             late: u32_at(12),
             expired: u32_at(16),
-            next_id: u32_at(20),
+            next_rt: u32_at(20),
             seq: u32_at(24),
+            next_nrt: u32_at(28),
         })
     }
 
@@ -96,9 +95,9 @@ impl Report {
             self.missing,
             self.late,
             self.expired,
-            self.next_id,
+            self.next_rt,
             self.seq,
-            0,
+            self.next_nrt,
         ]
         .into_iter()
         .enumerate()
@@ -147,8 +146,9 @@ mod tests {
             missing: 2,
             late: 1,
             expired: 1,
-            next_id: 13,
+            next_rt: 13,
             seq: 4,
+            next_nrt: 2,
         }
     }
 
@@ -162,9 +162,6 @@ mod tests {
         let mut c = b;
         c[3] = 0;
         assert_eq!(Report::parse(&c), Err(ReportError::Kind));
-        let mut c = b;
-        c[31] = 1;
-        assert_eq!(Report::parse(&c), Err(ReportError::Reserved));
     }
 
     #[test]
