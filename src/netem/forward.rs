@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 /// Packets read from one device per turn before deliveries are served again.
 const READ_BATCH: usize = 64;
 /// Packets due this soon after a wake-up leave with it.
-const SLACK: Duration = Duration::from_micros(100);
+pub(super) const SLACK: Duration = Duration::from_micros(100);
 /// How often the counters are written out.
 const STATS_EVERY: Duration = Duration::from_millis(100);
 /// Largest IP packet a TUN device hands over.
@@ -235,7 +235,7 @@ fn side(i: usize) -> char {
 
 /// Errors after which a device is gone for good (its interface was deleted). An interface
 /// merely set down (EIO) comes back when set up again.
-fn fatal(e: &io::Error) -> bool {
+pub(super) fn fatal(e: &io::Error) -> bool {
     matches!(
         e.raw_os_error(),
         Some(libc::EBADFD) | Some(libc::ENODEV) | Some(libc::EBADF)

@@ -18,6 +18,7 @@
 pub(crate) mod forward;
 pub mod netns;
 mod state;
+mod switch;
 
 use crate::datapath::Impairment;
 use serde::Serialize;
@@ -29,6 +30,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub use state::{state_dir, STATE_ROOT};
+pub use switch::{
+    host_netns, run_switch, switch_addr, switch_up, Host, SwitchInfo, SwitchSpec, MAX_HOSTS,
+};
 
 /// Name of the TUN interface in each namespace.
 pub const DEV: &str = "netem0";
@@ -282,8 +286,12 @@ pub fn down(name: &str) -> Result<Removed, String> {
         removed.pid = Some(pid);
     }
     let (ns_a, ns_b) = namespaces(name);
+    let mut all = vec![ns_a, ns_b];
+    if let Some(hosts) = state::read(name, state::HOSTS).and_then(|h| h.trim().parse().ok()) {
+        all = (1..=hosts).map(|i| host_netns(name, i)).collect();
+    }
     let mut errors = Vec::new();
-    for ns in [ns_a, ns_b] {
+    for ns in all {
         if netns_exists(&ns) {
             match netns::ip(&["netns", "del", &ns]) {
                 Ok(()) => removed.namespaces.push(ns),

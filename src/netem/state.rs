@@ -17,6 +17,9 @@ pub(super) const LOG: &str = "log";
 pub(super) const READY: &str = "ready";
 /// What `up` printed, as JSON.
 pub(super) const INFO: &str = "info.json";
+/// A switch's number of hosts (absent for a two-sided emulator), written before any of its
+/// namespaces is made.
+pub(super) const HOSTS: &str = "hosts";
 /// The forwarder's counters, rewritten every 100 ms.
 pub(super) const STATS: &str = "stats.json";
 
@@ -32,6 +35,11 @@ pub(super) fn write(name: &str, file: &str, text: &str) -> Result<(), String> {
     fs::write(&tmp, text)
         .and_then(|()| fs::rename(&tmp, &path))
         .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// State file `file` of emulator `name`, if it can be read.
+pub(super) fn read(name: &str, file: &str) -> Option<String> {
+    fs::read_to_string(state_dir(name).join(file)).ok()
 }
 
 /// The forwarder's pid if it is running: the pid file names a live process whose command

@@ -27,15 +27,68 @@ pub(crate) enum NetemCmd {
     },
     /// List the emulators on this machine.
     List,
-    /// The emulator process itself (started by `up`).
+    /// Create N hosts (namespaces NAME-1 ... NAME-N, addresses 10.78.0.1 ...) joined through
+    /// an emulated switch: each host's access link and the switch's output port toward each
+    /// host have their own rate and drop-tail queue, so several senders congest one
+    /// receiver's port. Prints (last line) JSON with each host's namespace and address.
+    Switch(SwitchArgs),
+    /// The emulator process itself (started by `up` or `switch`).
     #[command(hide = true)]
     Run {
         name: String,
         #[arg(long)]
-        a_to_b: String,
+        a_to_b: Option<String>,
         #[arg(long)]
-        b_to_a: String,
+        b_to_a: Option<String>,
+        #[arg(long)]
+        hosts: Option<usize>,
+        #[arg(long)]
+        access: Option<String>,
+        #[arg(long)]
+        port: Option<String>,
     },
+}
+
+/// Options of `netem switch`.
+#[derive(Debug, Args)]
+pub(crate) struct SwitchArgs {
+    /// The emulator's name: 1 to 32 letters, digits, '_' or '-'.
+    name: String,
+    /// Hosts to join (2 to 32).
+    #[arg(long, default_value_t = 4)]
+    hosts: usize,
+    /// Each host's link into the switch, as a --netem spec (e.g. rate=100mbit,queue=64k).
+    #[arg(long, value_name = "SPEC", default_value = "rate=100mbit")]
+    access: String,
+    /// The switch's output port toward each host, as a --netem spec (e.g.
+    /// rate=100mbit,queue=64k).
+    #[arg(long, value_name = "SPEC", default_value = "rate=100mbit")]
+    port: String,
+    /// MTU of every interface.
+    #[arg(long, value_name = "BYTES", default_value_t = 1500)]
+    mtu: u32,
+}
+
+impl SwitchArgs {
+    /// The switch these options describe.
+    pub(crate) fn spec(&self) -> Result<netem::SwitchSpec, String> {
+        if !(68..=65_535).contains(&self.mtu) {
+            return Err(format!("--mtu {}: must be within 68..=65535", self.mtu));
+        }
+        let parse = |flag: &str, v: &str| -> Result<Impairment, String> {
+            let mut imp = Impairment::parse(v).map_err(|e| format!("--{flag}: {e}"))?;
+            if !v.contains("queue=") {
+                imp.link.queue_bytes = default_queue(imp.link.rate_bps, imp.link.delay * 2);
+            }
+            Ok(imp)
+        };
+        Ok(netem::SwitchSpec {
+            hosts: self.hosts,
+            access: parse("access", &self.access)?,
+            port: parse("port", &self.port)?,
+            mtu: self.mtu,
+        })
+    }
 }
 
 /// Options of `netem up`. Each applies to both directions unless its `--reverse-` form
@@ -261,10 +314,54 @@ pub(crate) fn run(cmd: NetemCmd) -> Result<(), String> {
             }
             Ok(())
         }
+        NetemCmd::Switch(a) => {
+            let spec = a.spec()?;
+            let exe = std::env::current_exe()
+                .map_err(|e| format!("finding the slipstream binary: {e}"))?;
+            let info = netem::switch_up(&a.name, &spec, &exe)?;
+            let hosts: Vec<String> = info
+                .hosts
+                .iter()
+                .map(|h| format!("{} ({})", h.netns, h.addr))
+                .collect();
+            eprintln!(
+                "netem {}: switch joining {}; emulator pid {}",
+                info.name,
+                hosts.join(", "),
+                info.pid
+            );
+            eprintln!("  access links: {}", describe(&spec.access));
+            eprintln!("  output ports: {}", describe(&spec.port));
+            eprintln!(
+                "  run commands with `ip netns exec {} ...`; stop with `slipstream netem down {}`",
+                info.hosts[0].netns, info.name
+            );
+            let json = serde_json::to_string(&info).map_err(|e| e.to_string())?;
+            println!("{json}");
+            Ok(())
+        }
+        NetemCmd::Run {
+            name,
+            hosts: Some(hosts),
+            access,
+            port,
+            ..
+        } => {
+            #[cfg(target_os = "linux")]
+            slipstream::HugePageAlloc::disable();
+            let spec = netem::SwitchSpec {
+                hosts,
+                access: Impairment::parse(access.as_deref().unwrap_or(""))?,
+                port: Impairment::parse(port.as_deref().unwrap_or(""))?,
+                mtu: 0,
+            };
+            netem::run_switch(&name, &spec)
+        }
         NetemCmd::Run {
             name,
             a_to_b,
             b_to_a,
+            ..
         } => {
             // The forwarder times every packet: no 2 MiB first-touch stalls on its buffers,
             // whatever SLIPSTREAM_HUGEPAGES says (with huge pages here and at both ends, a
@@ -272,8 +369,8 @@ pub(crate) fn run(cmd: NetemCmd) -> Result<(), String> {
             #[cfg(target_os = "linux")]
             slipstream::HugePageAlloc::disable();
             let spec = Spec {
-                ab: Impairment::parse(&a_to_b)?,
-                ba: Impairment::parse(&b_to_a)?,
+                ab: Impairment::parse(a_to_b.as_deref().unwrap_or(""))?,
+                ba: Impairment::parse(b_to_a.as_deref().unwrap_or(""))?,
                 mtu: 0,
             };
             netem::run_forwarder(&name, &spec)
