@@ -86,8 +86,9 @@ pub struct RtConfig {
     pub below_packets: u32,
     /// How often a receiver reports to each sender it hears from.
     pub report_interval: Duration,
-    /// Whether a late message counts as loss for the smoother (the paper's deadlines imply
-    /// so).
+    /// Whether a late real-time message counts as loss for the smoother (the paper's
+    /// deadlines imply so). A late non-real-time message never does: it may have waited at
+    /// the smoother itself.
     pub late_is_loss: bool,
     /// Mark real-time datagrams DSCP EF and socket priority [`PRIORITY_RT`].
     pub mark: bool,
@@ -210,7 +211,7 @@ pub struct RtStats {
     pub reports_sent: u64,
     pub reports_taken: u64,
     pub reports_ignored: u64,
-    /// Losses receivers reported: messages missing, late, dropped incomplete.
+    /// Losses receivers reported: messages missing, late (both classes), dropped incomplete.
     pub reported_missing: u64,
     pub reported_late: u64,
     pub reported_expired: u64,
@@ -360,8 +361,9 @@ impl RtSocket {
     }
 
     /// Sends the first `len` bytes of `buf` to `dst` as one message of `class`, of use for
-    /// `deadline` after now (`None`: no deadline). Returns its number (consecutive per
-    /// destination and class). See the module's calling protocol.
+    /// `deadline` after now (`None`: no deadline). The message gets its number (consecutive
+    /// per destination and class, [`RtMessage::id`]) when its first fragment leaves. See the
+    /// module's calling protocol.
     pub fn send(
         &mut self,
         buf: Buf,
@@ -369,21 +371,38 @@ impl RtSocket {
         dst: SocketAddr,
         class: Class,
         deadline: Option<Duration>,
-    ) -> Result<u32, SendError> {
+    ) -> Result<(), SendError> {
+        self.send_at(buf, len, dst, class, deadline, Instant::now())
+    }
+
+    /// [`Self::send`] for a message meant to leave at `intended` (a moment already past, for
+    /// an application that fell behind its schedule): its one-way delay and its deadline
+    /// count from then, so that the sender's own stalls are not hidden.
+    pub fn send_at(
+        &mut self,
+        buf: Buf,
+        len: usize,
+        dst: SocketAddr,
+        class: Class,
+        deadline: Option<Duration>,
+        intended: Instant,
+    ) -> Result<(), SendError> {
         let now = Instant::now();
-        let sent_us = self.clock.wall_us(now);
-        let id = self.tx.enqueue(
+        let intended = intended.min(now);
+        let sent_us = self.clock.wall_us(intended);
+        let deadline_at = deadline.map(|d| intended + d);
+        self.tx.enqueue(
             buf,
             len,
             dst,
             class,
             deadline,
-            now,
+            deadline_at,
             sent_us,
             &mut self.stats,
         )?;
         self.pump(now);
-        Ok(id)
+        Ok(())
     }
 
     /// When [`RtSocket::poll`] must be called next at the latest.

@@ -243,8 +243,10 @@ fn source(
 fn count(s: &mut Source, h: &RtHeader, late: bool, stats: &mut RtStats) {
     let r = &mut s.report;
     r.delivered = r.delivered.wrapping_add(1);
-    if late {
-        r.late = r.late.wrapping_add(1);
+    match (late, h.class) {
+        (true, Class::Rt) => r.late_rt = r.late_rt.wrapping_add(1),
+        (true, Class::Nrt) => r.late_nrt = r.late_nrt.wrapping_add(1),
+        (false, _) => {}
     }
     let c = match h.class {
         Class::Rt => 0,

@@ -21,6 +21,8 @@ struct Pending {
     buf: Buf,
     dst: SocketAddr,
     class: Class,
+    /// Its number: given when its first fragment leaves, so that one dropped unsent leaves
+    /// no gap in the numbering the receiver sees.
     id: u32,
     sent_us: u64,
     deadline_us: u32,
@@ -196,10 +198,10 @@ impl Sender {
         dst: SocketAddr,
         class: Class,
         deadline: Option<Duration>,
-        now: Instant,
+        deadline_at: Option<Instant>,
         sent_us: u64,
         stats: &mut RtStats,
-    ) -> Result<u32, SendError> {
+    ) -> Result<(), SendError> {
         let refuse = |reason, buf| Err(SendError { reason, buf });
         if len > buf.capacity() || len > self.max_message {
             stats.too_long += 1;
@@ -220,18 +222,15 @@ impl Sender {
             };
             return refuse(reason, buf);
         }
-        let next = &mut self.peer(dst, now).next_id[usize::from(class == Class::Nrt)];
-        let id = *next;
-        *next = id.wrapping_add(1);
         buf.set_len(len);
         let p = Pending {
             buf,
             dst,
             class,
-            id,
+            id: 0,
             sent_us,
             deadline_us: deadline.map_or(0, |d| d.as_micros().clamp(1, u32::MAX as u128) as u32),
-            expires: deadline.map(|d| now + d),
+            expires: deadline_at,
             done: 0,
             total: RtHeader::fragments(len as u32, self.frag_len),
         };
@@ -245,18 +244,23 @@ impl Sender {
                 self.nrt.push_back(p)
             }
         }
-        Ok(id)
+        Ok(())
     }
 
     /// When the sender needs time next: the smoother's refresh, room below for a waiting
-    /// non-real-time packet, or a queued message's deadline.
+    /// non-real-time packet (only if credit is not what it waits for), or a queued message's
+    /// deadline.
     pub(super) fn next_timer(&self) -> Instant {
         let far = Instant::now() + Duration::from_secs(3600);
         let refresh = self.smoother.as_ref().map_or(far, |s| s.next_refresh());
         if self.nrt.is_empty() {
             return refresh;
         }
-        let room = self.below.as_ref().map_or(far, |b| b.room_at());
+        let credit = self.smoother.as_ref().is_none_or(|s| s.nrt_ready());
+        let room = match &self.below {
+            Some(b) if credit => b.room_at(),
+            _ => far,
+        };
         let expiry = self
             .nrt
             .iter()
@@ -324,6 +328,11 @@ impl Sender {
     ) {
         let len = p.buf.len() as u32;
         let n = n.min(p.total - p.done) as usize;
+        if p.done == 0 {
+            let next = &mut self.peer(p.dst, now).next_id[usize::from(p.class == Class::Nrt)];
+            p.id = *next;
+            *next = p.id.wrapping_add(1);
+        }
         for (j, h) in self.hdrs[..n].iter_mut().enumerate() {
             let hdr = RtHeader {
                 class: p.class,
@@ -392,9 +401,11 @@ impl Sender {
         peer.report = Some(r);
         stats.reports_taken += 1;
         stats.reported_missing += u64::from(l.missing);
-        stats.reported_late += u64::from(l.late);
+        stats.reported_late += u64::from(l.late_rt) + u64::from(l.late_nrt);
         stats.reported_expired += u64::from(l.expired);
-        let lost = l.missing > 0 || l.expired > 0 || (self.late_is_loss && l.late > 0);
+        // Late non-real-time messages may have waited here, at the smoother: not a sign of
+        // congestion.
+        let lost = l.missing > 0 || l.expired > 0 || (self.late_is_loss && l.late_rt > 0);
         if let Some(s) = &mut self.smoother {
             s.on_report(lost);
         }

@@ -28,7 +28,7 @@ fn receive_all(b: &mut RtSocket, a: &mut RtSocket, want: usize) -> Vec<(Class, V
     got
 }
 
-fn send(a: &mut RtSocket, dst: SocketAddr, len: usize, seed: u8, class: Class) -> u32 {
+fn send(a: &mut RtSocket, dst: SocketAddr, len: usize, seed: u8, class: Class) {
     let mut buf = a.claim().expect("a free buffer");
     for (d, s) in buf.as_mut().iter_mut().zip(pattern(len, seed)) {
         *d = s;

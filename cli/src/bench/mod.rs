@@ -18,6 +18,7 @@ pub mod live;
 pub mod netem;
 pub use slipstream::netem::netns;
 pub mod table;
+pub mod table4;
 pub mod transfer;
 
 use clap::{Args, Subcommand};
@@ -48,6 +49,11 @@ pub enum BenchCmd {
     /// aggregate throughput, Jain's fairness, connections lost. With --json the last stdout
     /// line is JSON.
     Conns(conns::ConnsArgs),
+    /// The SS-RTUDP paper's Table 4 (needs root): three senders of real-time and
+    /// non-real-time messages congest one receiver's port on an emulated switch, without and
+    /// with the traffic smoother, from one seeded trace. With --json the last stdout line is
+    /// JSON (rt_loss_pct_without, rt_loss_pct_with, ..., time_scale, validity_ok).
+    Table4(table4::Table4Args),
     /// The listening process of `bench conns` (started by it).
     #[command(hide = true)]
     ConnsServer(conns::PeerArgs),
@@ -166,6 +172,7 @@ pub fn run(cmd: BenchCmd) -> Result<(), String> {
         BenchCmd::Netem(a) => run_netem(a),
         BenchCmd::Live(a) => live::run(&a),
         BenchCmd::Conns(a) => conns::run(&a),
+        BenchCmd::Table4(a) => table4::run(&a),
         BenchCmd::ConnsServer(a) => conns::run_server(&a),
         BenchCmd::ConnsClient(a) => conns::run_client(&a),
     }

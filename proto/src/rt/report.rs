@@ -5,26 +5,30 @@
 //!  0                   1                   2                   3
 //!  0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
 //! |         Magic 0x5254          |    Version    |  Kind 0xFF    |
+//! |                      Report number                            |
 //! |                     Messages delivered                        |
 //! |                Messages missing (never whole)                 |
-//! |                  Messages past their deadline                 |
 //! |              Messages dropped incomplete (expired)            |
+//! |         Real-time messages delivered past their deadline      |
+//! |       Non-real-time messages delivered past their deadline    |
 //! |           Next expected message id, real-time class           |
-//! |                      Report number                            |
 //! |         Next expected message id, non-real-time class         |
 //! ```
 //!
 //! Each class numbers its messages on its own (real-time messages overtake queued
-//! non-real-time ones by design); the counts cover both. Every count is cumulative since the receiver first heard from the sender, modulo 2³²: a
-//! lost or reordered report costs nothing, the sender compares each with the last it took
-//! (the report number tells an old one from a new one). The kind byte sits where a
-//! fragment's class does, with a value no class has, so a report never parses as a fragment
-//! and a fragment never as a report.
+//! non-real-time ones by design); a message gets its number when its first fragment leaves,
+//! so one the sender dropped unsent leaves no gap. Lateness is counted by class: a
+//! non-real-time message may be late for having waited at the sender's smoother, which says
+//! nothing of the network. Every count is cumulative since the receiver first heard from the
+//! sender, modulo 2³²: a lost or reordered report costs nothing, the sender compares each
+//! with the last it took (the report number tells an old one from a new one). The kind byte
+//! sits where a fragment's class does, with a value no class has, so a report never parses
+//! as a fragment and a fragment never as a report.
 
 use super::header::{RT_MAGIC, RT_VERSION};
 
 /// Bytes of a report.
-pub const REPORT_LEN: usize = 32;
+pub const REPORT_LEN: usize = 36;
 /// The kind byte of a report.
 pub const REPORT_KIND: u8 = 0xFF;
 
@@ -35,11 +39,13 @@ pub struct Report {
     pub delivered: u32,
     /// Messages never delivered: ids skipped over by a later message.
     pub missing: u32,
-    /// Messages delivered after their deadline.
-    pub late: u32,
     /// Messages dropped incomplete at their deadline (also counted in `missing` once a later
     /// message arrives).
     pub expired: u32,
+    /// Real-time messages delivered after their deadline.
+    pub late_rt: u32,
+    /// Non-real-time messages delivered after their deadline.
+    pub late_nrt: u32,
     /// The id the receiver expects next, in the real-time class.
     pub next_rt: u32,
     /// This report's number (one more than the previous report to the same sender).
@@ -75,13 +81,14 @@ impl Report {
         }
         let u32_at = |i: usize| u32::from_be_bytes([d[i], d[i + 1], d[i + 2], d[i + 3]]);
         Ok(Report {
-            delivered: u32_at(4),
-            missing: u32_at(8),
-            late: u32_at(12),
+            seq: u32_at(4),
+            delivered: u32_at(8),
+            missing: u32_at(12),
             expired: u32_at(16),
-            next_rt: u32_at(20),
-            seq: u32_at(24),
-            next_nrt: u32_at(28),
+            late_rt: u32_at(20),
+            late_nrt: u32_at(24),
+            next_rt: u32_at(28),
+            next_nrt: u32_at(32),
         })
     }
 
@@ -91,12 +98,13 @@ impl Report {
         buf[2] = RT_VERSION;
         buf[3] = REPORT_KIND;
         for (i, v) in [
+            self.seq,
             self.delivered,
             self.missing,
-            self.late,
             self.expired,
+            self.late_rt,
+            self.late_nrt,
             self.next_rt,
-            self.seq,
             self.next_nrt,
         ]
         .into_iter()
@@ -116,8 +124,9 @@ impl Report {
         Some(Losses {
             delivered: self.delivered.wrapping_sub(prev.delivered),
             missing: self.missing.wrapping_sub(prev.missing),
-            late: self.late.wrapping_sub(prev.late),
             expired: self.expired.wrapping_sub(prev.expired),
+            late_rt: self.late_rt.wrapping_sub(prev.late_rt),
+            late_nrt: self.late_nrt.wrapping_sub(prev.late_nrt),
         })
     }
 }
@@ -129,10 +138,12 @@ pub struct Losses {
     pub delivered: u32,
     /// Messages newly missing.
     pub missing: u32,
-    /// Messages newly late.
-    pub late: u32,
     /// Messages newly dropped incomplete.
     pub expired: u32,
+    /// Real-time messages newly late.
+    pub late_rt: u32,
+    /// Non-real-time messages newly late.
+    pub late_nrt: u32,
 }
 
 #[cfg(test)]
@@ -144,8 +155,9 @@ mod tests {
         Report {
             delivered: 10,
             missing: 2,
-            late: 1,
             expired: 1,
+            late_rt: 1,
+            late_nrt: 3,
             next_rt: 13,
             seq: 4,
             next_nrt: 2,
@@ -158,7 +170,7 @@ mod tests {
         report().emit(&mut b);
         assert_eq!(Report::parse(&b), Ok(report()));
         assert!(RtHeader::parse(&b).is_err());
-        assert_eq!(Report::parse(&b[..31]), Err(ReportError::Length));
+        assert_eq!(Report::parse(&b[..35]), Err(ReportError::Length));
         let mut c = b;
         c[3] = 0;
         assert_eq!(Report::parse(&c), Err(ReportError::Kind));
@@ -178,7 +190,7 @@ mod tests {
         };
         let l = next.since(&prev).unwrap();
         assert_eq!(l.missing, 2);
-        assert_eq!(l.late, 0);
+        assert_eq!(l.late_rt, 0);
         assert_eq!(prev.since(&next), None, "an older report");
         assert_eq!(next.since(&next), None, "the same report");
     }

@@ -107,13 +107,21 @@ impl Smoother {
         self.stats.rt += 1;
     }
 
-    /// Whether a non-real-time packet may leave now; if so, it has taken its credit.
-    pub fn try_nrt(&mut self) -> bool {
-        let floor = match self.cfg.nrt_rule {
+    /// Whether a non-real-time packet would be let go now (nothing is taken or counted).
+    pub fn nrt_ready(&self) -> bool {
+        self.credits >= self.floor()
+    }
+
+    fn floor(&self) -> i64 {
+        match self.cfg.nrt_rule {
             NrtRule::OneCredit => 1,
             NrtRule::NonNegative => 0,
-        };
-        if self.credits >= floor {
+        }
+    }
+
+    /// Whether a non-real-time packet may leave now; if so, it has taken its credit.
+    pub fn try_nrt(&mut self) -> bool {
+        if self.credits >= self.floor() {
             self.credits -= 1;
             self.stats.nrt += 1;
             true

@@ -1,0 +1,173 @@
+//! Real-time datagrams and the emulated switch, as root (always in CI): a switch's port
+//! congested by two senders drops at that port only; the Table 4 bench runs end to end on
+//! it, with every message accounted for.
+
+mod common;
+use common::*;
+
+use std::process::{Command, Output};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_slipstream");
+
+/// These tests measure rates and deadlines: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn slipstream(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().unwrap()
+}
+
+/// A switch, taken down on drop even when the test fails.
+struct Switch(String);
+
+impl Drop for Switch {
+    fn drop(&mut self) {
+        let _ = slipstream(&["netem", "down", &self.0]);
+    }
+}
+
+/// Sends 1,472-byte UDP payloads from namespace `ns` to `dst` at about `mbit` Mbit/s for
+/// `secs`, from a thread that entered the namespace; returns how many were sent.
+fn blast(ns: &str, dst: &str, mbit: f64, secs: f64) -> std::thread::JoinHandle<u64> {
+    let (ns, dst) = (ns.to_string(), dst.to_string());
+    std::thread::spawn(move || {
+        slipstream::netem::netns::enter(&ns).unwrap();
+        let s = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+        let gap = Duration::from_secs_f64(1500.0 * 8.0 / (mbit * 1e6));
+        let start = std::time::Instant::now();
+        let mut sent = 0u64;
+        let payload = [0u8; 1472];
+        while start.elapsed().as_secs_f64() < secs {
+            let due = start + gap * sent as u32;
+            if let Some(w) = due.checked_duration_since(std::time::Instant::now()) {
+                std::thread::sleep(w);
+            }
+            if s.send_to(&payload, &dst).is_ok() {
+                sent += 1;
+            }
+        }
+        sent
+    })
+}
+
+#[test]
+fn two_senders_congest_one_port_of_the_switch() {
+    if !root_test("two_senders_congest_one_port_of_the_switch") {
+        return;
+    }
+    let _serial = serial();
+    let name = format!("tsw{}", std::process::id());
+    {
+        let out = slipstream(&[
+            "netem",
+            "switch",
+            &name,
+            "--hosts",
+            "3",
+            "--access",
+            // Room for the bursts a sender that fell behind its pacing catches up with.
+            "rate=100mbit,queue=4m",
+            "--port",
+            "rate=40mbit,queue=64k",
+        ]);
+        assert!(out.status.success(), "netem switch: {}", text(&out.stderr));
+        let _sw = Switch(name.clone());
+        let v: serde_json::Value =
+            serde_json::from_str(text(&out.stdout).lines().last().unwrap()).unwrap();
+        assert_eq!(v["hosts"].as_array().unwrap().len(), 3);
+        let list = netns_list();
+        for i in 1..=3 {
+            assert!(list.contains(&format!("{name}-{i}")), "{list}");
+        }
+        // The receiver's port: a sink that reads nothing (the kernel drops what it cannot
+        // queue; the switch counts what it delivered).
+        let secs = 2.0;
+        let a = blast(&format!("{name}-1"), "10.78.0.3:9", 30.0, secs);
+        let b = blast(&format!("{name}-2"), "10.78.0.3:9", 30.0, secs);
+        let sent = a.join().unwrap() + b.join().unwrap();
+        std::thread::sleep(Duration::from_millis(400));
+        let out = slipstream(&["netem", "stats", &name, "--json"]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let h = |i: usize, link: &str, k: &str| v["hosts"][i][link][k].as_u64().unwrap();
+        // 60 Mbit/s offered to a 40 Mbit/s port: it drops about a third; the access links
+        // (100 Mbit/s each, 30 offered) drop nothing.
+        let port_offered = h(2, "port", "offered");
+        let port_drops = h(2, "port", "queue_drops");
+        assert!(
+            port_offered >= sent * 95 / 100,
+            "{port_offered} of {sent}: {v}"
+        );
+        let share = port_drops as f64 / port_offered as f64;
+        assert!((0.2..0.45).contains(&share), "port dropped {share}: {v}");
+        assert_eq!(
+            h(0, "access", "queue_drops") + h(1, "access", "queue_drops"),
+            0
+        );
+        let rate = h(2, "port", "delivered_bytes") as f64 * 8.0 / secs / 1e6;
+        assert!(
+            (30.0..44.0).contains(&rate),
+            "port delivered {rate} Mbit/s: {v}"
+        );
+    }
+    let list = netns_list();
+    assert!(!list.contains(&format!("{name}-1")), "{list}");
+    assert!(!std::path::Path::new("/run/slipstream/netem")
+        .join(&name)
+        .exists());
+}
+
+#[test]
+fn table4_runs_on_the_switch_and_every_message_is_accounted_for() {
+    if !root_test("table4_runs_on_the_switch_and_every_message_is_accounted_for") {
+        return;
+    }
+    let _serial = serial();
+    let out = slipstream(&["bench", "table4", "--quick", "--scale", "10", "--json"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    let v: serde_json::Value =
+        serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap();
+    for key in [
+        "rt_loss_pct_without",
+        "rt_loss_pct_with",
+        "nrt_loss_pct_without",
+        "nrt_loss_pct_with",
+        "rt_late_pct_with",
+        "time_scale",
+        "validity_ok",
+    ] {
+        assert!(v.get(key).is_some(), "{key} missing: {v}");
+    }
+    assert_eq!(v["time_scale"], 10);
+    let runs = v["report"]["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    for run in runs {
+        for class in ["rt", "nrt"] {
+            let c = &run[class];
+            let n = |k: &str| c[k].as_u64().unwrap();
+            assert!(n("sent") > 0, "{run}");
+            assert_eq!(
+                n("sent"),
+                n("smoother_drops") + n("network_lost") + n("late") + n("on_time"),
+                "{class}: {run}"
+            );
+        }
+        assert!(run["marked_received"].as_u64().unwrap() > 0, "{run}");
+    }
+    // Without the smoother the port overflows: drops there, and real-time messages late.
+    let off = &runs[0];
+    assert_eq!(off["smoother"], false);
+    assert!(off["port_drops"].as_u64().unwrap() > 0, "{off}");
+    assert!(v["rt_loss_pct_without"].as_f64().unwrap() >= 5.0, "{v}");
+    // With it the smoother reacted to the receiver's reports.
+    let on = &runs[1];
+    assert!(on["reports_taken"].as_u64().unwrap() > 0, "{on}");
+    assert!(on["lossy_refreshes"].as_u64().unwrap() > 0, "{on}");
+    assert!(!netns_list().contains("t4x"), "the switch is gone");
+}
