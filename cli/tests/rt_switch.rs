@@ -171,3 +171,115 @@ fn table4_runs_on_the_switch_and_every_message_is_accounted_for() {
     assert!(on["lossy_refreshes"].as_u64().unwrap() > 0, "{on}");
     assert!(!netns_list().contains("t4x"), "the switch is gone");
 }
+
+/// `FragCreates` of the IP counters of the calling thread's network namespace.
+fn frag_creates() -> u64 {
+    let snmp = std::fs::read_to_string("/proc/thread-self/net/snmp").unwrap();
+    let mut ip = snmp.lines().filter(|l| l.starts_with("Ip: "));
+    let (names, values) = (ip.next().unwrap(), ip.next().unwrap());
+    let i = names
+        .split_whitespace()
+        .position(|n| n == "FragCreates")
+        .unwrap();
+    values.split_whitespace().nth(i).unwrap().parse().unwrap()
+}
+
+#[test]
+fn messages_up_to_a_mebibyte_cross_the_switch_whole_and_never_as_ip_fragments() {
+    use slipstream::rt::{Class, RtConfig, RtSocket};
+    if !root_test("messages_up_to_a_mebibyte_cross_the_switch_whole_and_never_as_ip_fragments") {
+        return;
+    }
+    let _serial = serial();
+    let name = format!("tfr{}", std::process::id());
+    let out = slipstream(&[
+        "netem",
+        "switch",
+        &name,
+        "--hosts",
+        "2",
+        "--access",
+        "rate=1gbit,queue=8m",
+        "--port",
+        "rate=1gbit,queue=8m",
+    ]);
+    assert!(out.status.success(), "netem switch: {}", text(&out.stderr));
+    let _sw = Switch(name.clone());
+    let cfg = RtConfig {
+        max_message: 1 << 20,
+        buffers: 4,
+        reassembly_slots: 4,
+        smoother: None,
+        ..RtConfig::default()
+    };
+    let sizes = [1usize, 1440, 1441, 64 << 10, 1 << 20];
+    let rounds = 10;
+    let dst: std::net::SocketAddr = "10.78.0.2:7900".parse().unwrap();
+    let ns2 = format!("{name}-2");
+    let rx = std::thread::spawn(move || {
+        slipstream::netem::netns::enter(&ns2).unwrap();
+        let mut sock = RtSocket::open(dst, cfg).unwrap();
+        let mut got = Vec::new();
+        let end = std::time::Instant::now() + Duration::from_secs(20);
+        while got.len() < sizes.len() * rounds && std::time::Instant::now() < end {
+            sock.poll(Duration::from_millis(10), |m| {
+                let seed = m.data.first().copied().unwrap_or(0);
+                let exact = m
+                    .data
+                    .iter()
+                    .enumerate()
+                    .all(|(i, &b)| i == 0 || b == (i as u8).wrapping_mul(7).wrapping_add(seed));
+                got.push((m.data.len(), exact));
+            })
+            .unwrap();
+        }
+        got
+    });
+    let ns1 = format!("{name}-1");
+    let tx = std::thread::spawn(move || {
+        slipstream::netem::netns::enter(&ns1).unwrap();
+        let before = frag_creates();
+        let mut sock = RtSocket::open("10.78.0.1:7900".parse().unwrap(), cfg).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        for r in 0..rounds {
+            for (k, &len) in sizes.iter().enumerate() {
+                let mut buf = loop {
+                    if let Some(b) = sock.claim() {
+                        break b;
+                    }
+                    sock.poll(Duration::from_millis(1), |_| {}).unwrap();
+                };
+                let seed = (r * sizes.len() + k) as u8;
+                for (i, b) in buf.as_mut()[..len].iter_mut().enumerate() {
+                    *b = (i as u8).wrapping_mul(7).wrapping_add(seed);
+                }
+                buf.as_mut()[0] = seed;
+                let class = if k % 2 == 0 { Class::Rt } else { Class::Nrt };
+                sock.send(buf, len, dst, class, Some(Duration::from_secs(5)))
+                    .unwrap();
+                // 1 Gbit/s moves a mebibyte in 8 ms: leave the queues room.
+                std::thread::sleep(Duration::from_millis(12));
+            }
+        }
+        let rt = frag_creates() - before;
+        // The control: one plain 8,000-byte UDP datagram is cut into IP fragments here.
+        let plain = std::net::UdpSocket::bind("10.78.0.1:0").unwrap();
+        plain.send_to(&[0u8; 8000], "10.78.0.2:9").unwrap();
+        (rt, frag_creates() - before - rt, sock.stats())
+    });
+    let (rt_frags, plain_frags, stats) = tx.join().unwrap();
+    let got = rx.join().unwrap();
+    assert_eq!(got.len(), sizes.len() * rounds, "{got:?} {stats:?}");
+    assert!(got.iter().all(|&(_, exact)| exact), "byte-exact");
+    let mut lens: Vec<usize> = got.iter().map(|&(l, _)| l).collect();
+    lens.sort_unstable();
+    let mut want: Vec<usize> = sizes
+        .iter()
+        .flat_map(|&s| std::iter::repeat_n(s, rounds))
+        .collect();
+    want.sort_unstable();
+    assert_eq!(lens, want);
+    assert_eq!(rt_frags, 0, "real-time messages made IP fragments");
+    assert!(plain_frags >= 5, "the control made {plain_frags} fragments");
+    assert!(stats.datapath.gso_sends > 0, "{stats:?}");
+}

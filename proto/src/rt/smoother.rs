@@ -15,7 +15,10 @@
 //! - whether a non-real-time packet needs `CNS ≥ 0` (Fig. 5) or at least one credit (the
 //!   prose): [`NrtRule`], default [`NrtRule::OneCredit`], with which no refresh interval
 //!   releases more non-real-time packets than the credits it began with;
-//! - the period adapts once per refresh, on whether any report of loss came since the last.
+//! - the period adapts once per refresh, on whether any report of loss came since the last;
+//! - the credits of a refresh come all at once (Fig. 5); [`SmootherConfig::spread`] is the
+//!   alternative, measured against it: one credit every `RP / CBD`, the period adapting every
+//!   `CBD` of those, the same long-run rate without a burst of `CBD` back to back.
 
 use std::time::{Duration, Instant};
 
@@ -44,6 +47,9 @@ pub struct SmootherConfig {
     pub rp_step: Duration,
     /// When a non-real-time packet may leave.
     pub nrt_rule: NrtRule,
+    /// Hand out a refresh's credits one at a time, evenly over the period, instead of all at
+    /// its start.
+    pub spread: bool,
 }
 
 impl Default for SmootherConfig {
@@ -55,6 +61,7 @@ impl Default for SmootherConfig {
             rp_max: Duration::from_millis(100),
             rp_step: Duration::from_millis(2),
             nrt_rule: NrtRule::OneCredit,
+            spread: false,
         }
     }
 }
@@ -82,6 +89,8 @@ pub struct Smoother {
     rp: Duration,
     next: Instant,
     loss: bool,
+    /// Spread credits handed out since the period last adapted.
+    ticks: u32,
     stats: SmootherStats,
 }
 
@@ -91,11 +100,13 @@ impl Smoother {
         let rp_max = cfg.rp_max.max(cfg.rp_min);
         let cfg = SmootherConfig { rp_max, ..cfg };
         let rp = cfg.rp0.clamp(cfg.rp_min, rp_max);
+        let depth = cfg.depth.max(1);
         Smoother {
             credits: i64::from(cfg.depth),
             rp,
-            next: now + rp,
+            next: now + if cfg.spread { rp / depth } else { rp },
             loss: false,
+            ticks: 0,
             stats: SmootherStats::default(),
             cfg,
         }
@@ -148,6 +159,26 @@ impl Smoother {
         if now < self.next {
             return;
         }
+        let depth = i64::from(self.cfg.depth);
+        if self.cfg.spread {
+            // One credit now; the period adapts once every `depth` of these.
+            self.credits = (self.credits + 1).min(depth);
+            self.ticks += 1;
+            if self.ticks >= self.cfg.depth.max(1) {
+                self.ticks = 0;
+                self.adapt();
+            }
+            self.next = now + self.rp / self.cfg.depth.max(1);
+            return;
+        }
+        self.adapt();
+        self.credits = (self.credits + depth).min(depth);
+        self.next = now + self.rp;
+    }
+
+    /// The period doubles if loss was reported since it last adapted, else shrinks by the
+    /// step, within its bounds.
+    fn adapt(&mut self) {
         self.rp = if self.loss {
             self.stats.lossy_refreshes += 1;
             (self.rp * 2).min(self.cfg.rp_max)
@@ -157,9 +188,6 @@ impl Smoother {
                 .max(self.cfg.rp_min)
         };
         self.loss = false;
-        let depth = i64::from(self.cfg.depth);
-        self.credits = (self.credits + depth).min(depth);
-        self.next = now + self.rp;
         self.stats.refreshes += 1;
     }
 
@@ -244,6 +272,53 @@ mod tests {
             let want = if rule == NrtRule::OneCredit { 40 } else { 41 };
             assert_eq!(full, want);
         }
+    }
+
+    /// Spread credits: a backlog leaves one packet every RP / CBD, never two together, at the
+    /// same long-run rate; the period still follows Fig. 5, once every CBD credits.
+    #[test]
+    fn spread_credits_pace_a_backlog_at_the_same_rate() {
+        let t = Instant::now();
+        let fixed = SmootherConfig {
+            spread: true,
+            rp_min: 10 * MS,
+            rp_max: 10 * MS,
+            ..SmootherConfig::default()
+        };
+        let mut s = Smoother::new(fixed, t);
+        // The first bucket is full; drain it.
+        assert_eq!((0..100).take_while(|_| s.try_nrt()).count(), 40);
+        let mut released = Vec::new();
+        let mut now = t;
+        while now < t + 100 * MS {
+            now += Duration::from_micros(10);
+            s.handle_timeout(now);
+            while s.try_nrt() {
+                released.push(now);
+            }
+        }
+        // 10 ms / 40 = 250 µs a credit: about 400 in 100 ms, never two at once.
+        assert!((395..=401).contains(&released.len()), "{}", released.len());
+        assert!(released
+            .windows(2)
+            .all(|w| w[1] - w[0] >= Duration::from_micros(240)));
+        // The period adapts once per 40 credits: 10 → 8 → 6, then doubles after loss.
+        let mut s = Smoother::new(
+            SmootherConfig {
+                spread: true,
+                ..SmootherConfig::default()
+            },
+            t,
+        );
+        let mut periods = Vec::new();
+        for lost in [false, false, true] {
+            s.on_report(lost);
+            for _ in 0..40 {
+                s.handle_timeout(s.next_refresh());
+            }
+            periods.push(s.period().as_millis());
+        }
+        assert_eq!(periods, [8, 6, 12]);
     }
 
     /// Fig. 6's burst: NRT packets offered far faster than the rate for six initial periods

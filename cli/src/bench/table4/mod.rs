@@ -55,6 +55,10 @@ pub struct Table4Args {
     /// Late messages do not count as loss for the smoother (the alternative to the default).
     #[arg(long)]
     pub late_not_loss: bool,
+    /// Spread each refresh's credits evenly over the period (the alternative to Fig. 5's
+    /// all-at-once).
+    #[arg(long)]
+    pub spread: bool,
     /// Short runs (10 s, validity 5 s): a smoke test.
     #[arg(long)]
     pub quick: bool,
@@ -252,6 +256,7 @@ fn config(a: &Table4Args, k: u32, smoother: bool) -> RtConfig {
             rp_min: ms(5),
             rp_max: ms(100),
             rp_step: ms(2),
+            spread: a.spread,
             ..SmootherConfig::default()
         }),
         link_rate: smoother.then_some(100_000_000 / u64::from(k)),
