@@ -1,35 +1,17 @@
 //! The asynchronous datagram API on loopback: contents, completions, overflow accounting,
 //! back-pressure, the portable engine, GRO, and no allocation in steady state.
-// The counting allocator needs `unsafe` (a GlobalAlloc impl); nothing else here does.
+// The counting allocator (tests/support/counting.rs) needs `unsafe`; nothing else here does.
 #![allow(unsafe_code)]
 
 use slipstream::dgram::{AsyncOptions, AsyncSocket, Completion, Engine, OpKind};
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-struct Counting;
-static COUNTING: AtomicBool = AtomicBool::new(false);
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-thread_local! { static MINE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) }; }
+#[path = "support/counting.rs"]
+mod counting;
 
-// SAFETY: forwards to the system allocator; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) && MINE.with(|m| m.get()) {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(p, l) }
-    }
-}
 #[global_allocator]
-static A: Counting = Counting;
+static A: counting::Counting = counting::Counting;
 
 fn lo() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()
@@ -306,8 +288,7 @@ fn steady_state_allocates_nothing() {
         let mut tx = AsyncSocket::bind(lo(), opts(e)).unwrap();
         let dst = rx.local_addr().unwrap();
         let mut round = |count: bool| {
-            MINE.with(|m| m.set(true));
-            COUNTING.store(count, Ordering::SeqCst);
+            counting::start(count);
             for _ in 0..32 {
                 let b = rx.claim().unwrap();
                 rx.post_recv(b);
@@ -331,14 +312,13 @@ fn steady_state_allocates_nothing() {
                     break;
                 }
             }
-            COUNTING.store(false, Ordering::SeqCst);
-            MINE.with(|m| m.set(false));
+            counting::stop();
             assert_eq!((sent, got), (32, 32), "engine {e:?}");
         };
         round(false);
         round(false);
-        ALLOCS.store(0, Ordering::SeqCst);
+        counting::reset();
         round(true);
-        assert_eq!(ALLOCS.load(Ordering::SeqCst), 0, "engine {e:?}");
+        assert_eq!(counting::allocations(), 0, "engine {e:?}");
     }
 }

@@ -1,37 +1,20 @@
 //! The real-time socket as an application uses it: a sender and a receiver through a relay
 //! that loses datagrams, with nothing allocated after open on either side, and every
 //! message accounted for (delivered, or reported missing to the sender).
-// The counting allocator needs `unsafe` (a GlobalAlloc impl); nothing else here does.
+// The counting allocator (tests/support/counting.rs) needs `unsafe`; nothing else here does.
 #![allow(unsafe_code)]
 
 use slipstream::rt::{Class, RtConfig, RtSocket, SmootherConfig};
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-struct Counting;
-static COUNTING: AtomicBool = AtomicBool::new(false);
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-thread_local! { static MINE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) }; }
+#[path = "support/counting.rs"]
+mod counting;
 
-// SAFETY: forwards to the system allocator; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) && MINE.with(|m| m.get()) {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(p, l) }
-    }
-}
 #[global_allocator]
-static A: Counting = Counting;
+static A: counting::Counting = counting::Counting;
 
 fn lo() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()
@@ -144,8 +127,7 @@ fn run(drop_every: u64, count_allocs: bool) {
     let warm = 60u32;
     for id in 0..total {
         if id == warm {
-            MINE.with(|m| m.set(true));
-            COUNTING.store(count_allocs, Ordering::SeqCst);
+            counting::start(count_allocs);
         }
         let len = SIZES[(id as usize) % SIZES.len()];
         let class = if id % 3 == 0 { Class::Rt } else { Class::Nrt };
@@ -177,8 +159,7 @@ fn run(drop_every: u64, count_allocs: bool) {
     while Instant::now() < quiet {
         step(&mut tx, &mut rx, &mut delivered, &mut bad);
     }
-    COUNTING.store(false, Ordering::SeqCst);
-    MINE.with(|m| m.set(false));
+    counting::stop();
     let (t, r) = (tx.stats(), rx.stats());
     let dropped = relay.dropped.load(Ordering::Relaxed);
     drop(relay);
@@ -205,7 +186,7 @@ fn run(drop_every: u64, count_allocs: bool) {
         assert!(t.smoother.lossy_refreshes > 0, "loss lengthened the period");
     }
     if count_allocs {
-        assert_eq!(ALLOCS.load(Ordering::SeqCst), 0, "allocations after open");
+        assert_eq!(counting::allocations(), 0, "allocations after open");
     }
 }
 

@@ -25,6 +25,19 @@ fn slipstream(args: &[&str]) -> Output {
 /// A switch, taken down on drop even when the test fails.
 struct Switch(String);
 
+impl Switch {
+    /// `netem switch NAME --hosts N --access ACCESS --port PORT`; its JSON.
+    fn up(name: &str, hosts: usize, access: &str, port: &str) -> (Switch, serde_json::Value) {
+        let hosts = hosts.to_string();
+        let out = slipstream(&[
+            "netem", "switch", name, "--hosts", &hosts, "--access", access, "--port", port,
+        ]);
+        assert!(out.status.success(), "netem switch: {}", text(&out.stderr));
+        let v = serde_json::from_str(text(&out.stdout).lines().last().unwrap()).unwrap();
+        (Switch(name.to_string()), v)
+    }
+}
+
 impl Drop for Switch {
     fn drop(&mut self) {
         let _ = slipstream(&["netem", "down", &self.0]);
@@ -63,22 +76,9 @@ fn two_senders_congest_one_port_of_the_switch() {
     let _serial = serial();
     let name = format!("tsw{}", std::process::id());
     {
-        let out = slipstream(&[
-            "netem",
-            "switch",
-            &name,
-            "--hosts",
-            "3",
-            "--access",
-            // Room for the bursts a sender that fell behind its pacing catches up with.
-            "rate=100mbit,queue=4m",
-            "--port",
-            "rate=40mbit,queue=64k",
-        ]);
-        assert!(out.status.success(), "netem switch: {}", text(&out.stderr));
-        let _sw = Switch(name.clone());
-        let v: serde_json::Value =
-            serde_json::from_str(text(&out.stdout).lines().last().unwrap()).unwrap();
+        // Room on the access links for the bursts a sender that fell behind its pacing
+        // catches up with.
+        let (_sw, v) = Switch::up(&name, 3, "rate=100mbit,queue=4m", "rate=40mbit,queue=64k");
         assert_eq!(v["hosts"].as_array().unwrap().len(), 3);
         let list = netns_list();
         for i in 1..=3 {
@@ -192,19 +192,7 @@ fn messages_up_to_a_mebibyte_cross_the_switch_whole_and_never_as_ip_fragments() 
     }
     let _serial = serial();
     let name = format!("tfr{}", std::process::id());
-    let out = slipstream(&[
-        "netem",
-        "switch",
-        &name,
-        "--hosts",
-        "2",
-        "--access",
-        "rate=1gbit,queue=8m",
-        "--port",
-        "rate=1gbit,queue=8m",
-    ]);
-    assert!(out.status.success(), "netem switch: {}", text(&out.stderr));
-    let _sw = Switch(name.clone());
+    let (_sw, _) = Switch::up(&name, 2, "rate=1gbit,queue=8m", "rate=1gbit,queue=8m");
     let cfg = RtConfig {
         max_message: 1 << 20,
         buffers: 4,

@@ -114,26 +114,9 @@ impl Forwarder {
                 .filter_map(|d| d.link.next_delivery())
                 .fold(next_stats, Instant::min);
             let wait = deadline.saturating_duration_since(Instant::now());
-            let ts = Timespec {
-                tv_sec: wait.as_secs() as i64,
-                tv_nsec: i64::from(wait.subsec_nanos()),
-            };
             let [a, b] = &self.devs;
             let mut fds = [PollFd::new(a, PollFlags::IN), PollFd::new(b, PollFlags::IN)];
-            match poll(&mut fds, Some(&ts)) {
-                Ok(_) => {}
-                Err(e) if e == rustix::io::Errno::INTR => {}
-                Err(e) => return Err(e.into()),
-            }
-            for (i, fd) in fds.iter().enumerate() {
-                let r = fd.revents();
-                if r.intersects(PollFlags::ERR | PollFlags::HUP | PollFlags::NVAL) {
-                    return Err(io::Error::other(format!(
-                        "device of side {} failed ({r:?}); was its namespace deleted?",
-                        side(i)
-                    )));
-                }
-            }
+            wait_devices(&mut fds, wait, |i| format!("side {}", side(i)))?;
         }
     }
 
@@ -223,6 +206,34 @@ impl Forwarder {
             eprintln!("warning: writing {}: {e}", self.stats_path.display());
         }
     }
+}
+
+/// Waits up to `wait` for one of `fds` (TUN devices) to have a packet. A device that failed
+/// (`who` names it by index) ends the forwarder: its namespace is gone.
+pub(super) fn wait_devices(
+    fds: &mut [PollFd<'_>],
+    wait: Duration,
+    who: impl Fn(usize) -> String,
+) -> io::Result<()> {
+    let ts = Timespec {
+        tv_sec: wait.as_secs() as i64,
+        tv_nsec: i64::from(wait.subsec_nanos()),
+    };
+    match poll(fds, Some(&ts)) {
+        Ok(_) => {}
+        Err(e) if e == rustix::io::Errno::INTR => {}
+        Err(e) => return Err(e.into()),
+    }
+    for (i, fd) in fds.iter().enumerate() {
+        let r = fd.revents();
+        if r.intersects(PollFlags::ERR | PollFlags::HUP | PollFlags::NVAL) {
+            return Err(io::Error::other(format!(
+                "device of {} failed ({r:?}); was its namespace deleted?",
+                who(i)
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn side(i: usize) -> char {

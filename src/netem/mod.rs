@@ -165,38 +165,7 @@ pub fn up(name: &str, spec: &Spec, exe: &Path) -> Result<Info, String> {
         netns::ip(&["netns", "add", ns])?;
     }
     let (ab, ba) = (spec.ab.to_spec(), spec.ba.to_spec());
-    let log_path = dir.join(state::LOG);
-    let log = fs::File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
-    let log2 = log
-        .try_clone()
-        .map_err(|e| format!("{}: {e}", log_path.display()))?;
-    let mut child = Command::new(exe)
-        .args(["netem", "run", name, "--a-to-b", &ab, "--b-to-a", &ba])
-        .stdin(Stdio::null())
-        .stdout(log)
-        .stderr(log2)
-        // Its own process group: a Ctrl-C meant for the shell's foreground job spares it.
-        .process_group(0)
-        .spawn()
-        .map_err(|e| format!("starting the forwarder ({}): {e}", exe.display()))?;
-    let pid = child.id();
-    state::write(name, state::PID, &pid.to_string())?;
-    let t0 = Instant::now();
-    while !dir.join(state::READY).exists() {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Err(format!(
-                "the forwarder exited ({status}) before its devices were up: {}",
-                state::log_tail(name)
-            ));
-        }
-        if t0.elapsed() > READY_TIMEOUT {
-            return Err(format!(
-                "the forwarder did not open its devices within {READY_TIMEOUT:?}: {}",
-                state::log_tail(name)
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let pid = start_forwarder(name, exe, &["--a-to-b", &ab, "--b-to-a", &ba])?;
     let mtu = spec.mtu.to_string();
     let qlen = TXQUEUELEN.to_string();
     for (ns, addr) in [(&ns_a, ADDR_A), (&ns_b, ADDR_B)] {
@@ -244,6 +213,47 @@ pub fn up(name: &str, spec: &Spec, exe: &Path) -> Result<Info, String> {
     state::write(name, state::INFO, &json)?;
     guard.0 = None;
     Ok(info)
+}
+
+/// Starts the forwarder of emulator `name` (`exe netem run NAME ARGS...`, in its own
+/// process group, output to the state directory's log), records its pid and waits until it
+/// says its devices are open. Returns its pid.
+fn start_forwarder(name: &str, exe: &Path, args: &[&str]) -> Result<u32, String> {
+    let dir = state_dir(name);
+    let log_path = dir.join(state::LOG);
+    let log = fs::File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
+    let log2 = log
+        .try_clone()
+        .map_err(|e| format!("{}: {e}", log_path.display()))?;
+    let mut child = Command::new(exe)
+        .args(["netem", "run", name])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log2)
+        // Its own process group: a Ctrl-C meant for the shell's foreground job spares it.
+        .process_group(0)
+        .spawn()
+        .map_err(|e| format!("starting the forwarder ({}): {e}", exe.display()))?;
+    let pid = child.id();
+    state::write(name, state::PID, &pid.to_string())?;
+    let t0 = Instant::now();
+    while !dir.join(state::READY).exists() {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!(
+                "the forwarder exited ({status}) before its devices were up: {}",
+                state::log_tail(name)
+            ));
+        }
+        if t0.elapsed() > READY_TIMEOUT {
+            return Err(format!(
+                "the forwarder did not open its devices within {READY_TIMEOUT:?}: {}",
+                state::log_tail(name)
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(pid)
 }
 
 /// Removes a half-made emulator on an error path of [`up`].

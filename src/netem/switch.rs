@@ -14,20 +14,18 @@
 //!
 //! [`Link`]: slipstream_proto::sim::Link
 
-use super::forward::{fatal, SLACK};
-use super::{netns, state, Teardown, DEV, READY_TIMEOUT, TXQUEUELEN};
+use super::forward::{fatal, wait_devices, SLACK};
+use super::{netns, state, Teardown, DEV, TXQUEUELEN};
 use crate::datapath::Impairment;
-use rustix::event::{poll, PollFd, PollFlags};
-use rustix::time::{clock_gettime, ClockId, Timespec};
+use rustix::event::{PollFd, PollFlags};
+use rustix::time::{clock_gettime, ClockId};
 use serde::Serialize;
 use slipstream_proto::sim::{Link, LinkConfig};
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::net::Ipv4Addr;
 use std::num::NonZeroU64;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Most hosts a switch joins.
@@ -118,39 +116,12 @@ pub fn switch_up(name: &str, spec: &SwitchSpec, exe: &Path) -> Result<SwitchInfo
         netns::ip(&["netns", "add", ns])?;
     }
     let (access, port) = (spec.access.to_spec(), spec.port.to_spec());
-    let log_path = dir.join(state::LOG);
-    let log = File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
-    let log2 = log
-        .try_clone()
-        .map_err(|e| format!("{}: {e}", log_path.display()))?;
     let hosts = spec.hosts.to_string();
-    let mut child = Command::new(exe)
-        .args(["netem", "run", name, "--hosts", &hosts])
-        .args(["--access", &access, "--port", &port])
-        .stdin(Stdio::null())
-        .stdout(log)
-        .stderr(log2)
-        .process_group(0)
-        .spawn()
-        .map_err(|e| format!("starting the forwarder ({}): {e}", exe.display()))?;
-    let pid = child.id();
-    state::write(name, state::PID, &pid.to_string())?;
-    let t0 = Instant::now();
-    while !dir.join(state::READY).exists() {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Err(format!(
-                "the forwarder exited ({status}) before its devices were up: {}",
-                state::log_tail(name)
-            ));
-        }
-        if t0.elapsed() > READY_TIMEOUT {
-            return Err(format!(
-                "the forwarder did not open its devices within {READY_TIMEOUT:?}: {}",
-                state::log_tail(name)
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let pid = super::start_forwarder(
+        name,
+        exe,
+        &["--hosts", &hosts, "--access", &access, "--port", &port],
+    )?;
     let mtu = spec.mtu.to_string();
     let qlen = TXQUEUELEN.to_string();
     let mut out = Vec::new();
@@ -293,29 +264,12 @@ impl Switch {
                 .filter_map(Link::next_delivery)
                 .fold(next_stats, Instant::min);
             let wait = deadline.saturating_duration_since(Instant::now());
-            let ts = Timespec {
-                tv_sec: wait.as_secs() as i64,
-                tv_nsec: i64::from(wait.subsec_nanos()),
-            };
             let mut fds: Vec<PollFd<'_>> = self
                 .devs
                 .iter()
                 .map(|d| PollFd::new(d, PollFlags::IN))
                 .collect();
-            match poll(&mut fds, Some(&ts)) {
-                Ok(_) => {}
-                Err(e) if e == rustix::io::Errno::INTR => {}
-                Err(e) => return Err(e.into()),
-            }
-            for (i, fd) in fds.iter().enumerate() {
-                let r = fd.revents();
-                if r.intersects(PollFlags::ERR | PollFlags::HUP | PollFlags::NVAL) {
-                    return Err(io::Error::other(format!(
-                        "device of host {} failed ({r:?}); was its namespace deleted?",
-                        i + 1
-                    )));
-                }
-            }
+            wait_devices(&mut fds, wait, |i| format!("host {}", i + 1))?;
         }
     }
 

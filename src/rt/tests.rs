@@ -10,6 +10,18 @@ fn lo() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()
 }
 
+/// A smoother with a bucket of `depth` that does not refresh within a test.
+fn held(depth: u32) -> Option<SmootherConfig> {
+    let hour = Duration::from_secs(3600);
+    Some(SmootherConfig {
+        depth,
+        rp0: hour,
+        rp_min: hour,
+        rp_max: hour,
+        ..SmootherConfig::default()
+    })
+}
+
 fn pattern(len: usize, seed: u8) -> impl Iterator<Item = u8> {
     (0..len).map(move |i| (i as u8).wrapping_mul(31).wrapping_add(seed))
 }
@@ -83,13 +95,7 @@ fn messages_of_every_size_arrive_whole_and_exact() {
 #[test]
 fn the_smoother_holds_non_real_time_packets_and_never_real_time_ones() {
     let cfg = RtConfig {
-        smoother: Some(SmootherConfig {
-            depth: 4,
-            rp0: Duration::from_secs(3600),
-            rp_min: Duration::from_secs(3600),
-            rp_max: Duration::from_secs(3600),
-            ..SmootherConfig::default()
-        }),
+        smoother: held(4),
         ..RtConfig::default()
     };
     let mut a = RtSocket::open(lo(), cfg).unwrap();
@@ -114,13 +120,7 @@ fn the_smoother_holds_non_real_time_packets_and_never_real_time_ones() {
 fn a_full_queue_refuses_with_the_reason_and_gives_the_buffer_back() {
     let cfg = RtConfig {
         nrt_queue: 2,
-        smoother: Some(SmootherConfig {
-            depth: 1,
-            rp0: Duration::from_secs(3600),
-            rp_min: Duration::from_secs(3600),
-            rp_max: Duration::from_secs(3600),
-            ..SmootherConfig::default()
-        }),
+        smoother: held(1),
         ..RtConfig::default()
     };
     let mut a = RtSocket::open(lo(), cfg).unwrap();
@@ -151,13 +151,7 @@ fn a_full_queue_refuses_with_the_reason_and_gives_the_buffer_back() {
 #[test]
 fn a_waiting_non_real_time_message_past_its_deadline_is_dropped_and_counted() {
     let cfg = RtConfig {
-        smoother: Some(SmootherConfig {
-            depth: 1,
-            rp0: Duration::from_secs(3600),
-            rp_min: Duration::from_secs(3600),
-            rp_max: Duration::from_secs(3600),
-            ..SmootherConfig::default()
-        }),
+        smoother: held(1),
         ..RtConfig::default()
     };
     let mut a = RtSocket::open(lo(), cfg).unwrap();
@@ -345,4 +339,36 @@ fn hostile_fragments_are_counted_and_memory_stays_fixed() {
         "every datagram counted: {s:?}"
     );
     assert_eq!(b.memory(), memory);
+}
+
+#[test]
+fn a_full_kernel_buffer_keeps_real_time_messages_queued_then_sends_them_whole() {
+    let cfg = RtConfig {
+        rt_queue: 2,
+        smoother: None,
+        ..RtConfig::default()
+    };
+    let mut a = RtSocket::open(lo(), cfg).unwrap();
+    let mut b = RtSocket::open(lo(), cfg).unwrap();
+    let dst = b.local_addr().unwrap();
+    // The next send finds the socket buffer full: nothing waits, the message stays queued.
+    a.dp.fail_send(0, libc::EAGAIN);
+    send(&mut a, dst, 5000, 1, Class::Rt);
+    assert_eq!(a.queued(), (1, 0));
+    assert_eq!(a.stats().datapath.send_would_block, 1);
+    assert!(a.next_timer() <= Instant::now() + Duration::from_millis(1));
+    // Queued behind it: one more fits, the third is refused with the reason.
+    a.dp.fail_send(0, libc::EAGAIN);
+    send(&mut a, dst, 100, 2, Class::Rt);
+    let buf = a.claim().unwrap();
+    let e = a.send(buf, 100, dst, Class::Rt, None).unwrap_err();
+    assert_eq!(e.reason, WouldBlock::RtQueueFull);
+    drop(e);
+    // The kernel takes datagrams again: both arrive whole, in order.
+    let got = receive_all(&mut b, &mut a, 2);
+    assert_eq!(got.len(), 2);
+    assert!(got[0].1.iter().copied().eq(pattern(5000, 1)));
+    assert!(got[1].1.iter().copied().eq(pattern(100, 2)));
+    assert_eq!(a.queued(), (0, 0));
+    assert_eq!(a.stats().rt_refused, 1);
 }
