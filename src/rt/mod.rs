@@ -16,7 +16,9 @@
 //!   [`RtSocket::send`] its first `len` bytes with a [`Class`] and a deadline. A send never
 //!   blocks and never drops silently: it is queued, or refused with a [`SendError`] that
 //!   says why ([`WouldBlock`]) and gives the buffer back.
-//! - Real-time messages leave at once (all their fragments, as GSO runs). Non-real-time
+//! - Real-time messages leave at once (all their fragments, as GSO runs); if the kernel's
+//!   socket buffer is full they wait, first in line, and are tried again within 200 µs
+//!   (the real-time queue then fills and refuses). Non-real-time
 //!   fragments leave as the smoother's credit allows and, when [`RtConfig::link_rate`] is
 //!   known, only while fewer than [`RtConfig::below_packets`] of them wait in the queues
 //!   below (the kernel's and the link's), so that a real-time packet never waits behind a
@@ -298,6 +300,7 @@ impl RtSocket {
         }
         let frag_len = (cfg.mtu - ip_udp - RT_HEADER_LEN).min(u16::MAX as usize) as u16;
         let mut dp = Mmsg::bind(addr, true)?;
+        dp.set_send_nowait(true);
         let _ = dp.recv_tos();
         let rt_mark = if cfg.mark { mark_supported() } else { None };
         let pool = PoolMem::new(cfg.buffers, cfg.max_message, cfg.buffers)?;

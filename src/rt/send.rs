@@ -110,7 +110,12 @@ pub(super) struct Sender {
     below: Option<Below>,
     peers: Vec<Peer>,
     peers_cap: usize,
+    /// When a send last found the kernel's buffer full (cleared by the next pump).
+    kernel_full: Option<Instant>,
 }
+
+/// How long after the kernel's buffer was found full a send is tried again.
+const RETRY: Duration = Duration::from_micros(200);
 
 impl Sender {
     pub(super) fn new(cfg: &RtConfig, frag_len: u16, ip_udp: usize, now: Instant) -> Sender {
@@ -137,6 +142,7 @@ impl Sender {
             below,
             peers: Vec::with_capacity(cfg.peers),
             peers_cap: cfg.peers,
+            kernel_full: None,
         }
     }
 
@@ -253,6 +259,9 @@ impl Sender {
     pub(super) fn next_timer(&self) -> Instant {
         let far = Instant::now() + Duration::from_secs(3600);
         let refresh = self.smoother.as_ref().map_or(far, |s| s.next_refresh());
+        if let Some(t) = self.kernel_full {
+            return refresh.min(t + RETRY);
+        }
         if self.nrt.is_empty() {
             return refresh;
         }
@@ -282,10 +291,16 @@ impl Sender {
         if let Some(s) = &mut self.smoother {
             s.handle_timeout(now);
         }
+        self.kernel_full = None;
         while let Some(mut p) = self.rt.pop_front() {
             while p.done < p.total {
                 let n = (p.total - p.done).min(HDRS as u32);
-                self.send_fragments(&mut p, n, now, dp, rt_mark, stats);
+                if !self.send_fragments(&mut p, n, now, dp, rt_mark, stats) {
+                    // The kernel's buffer is full: this message goes on later, first.
+                    self.rt.push_front(p);
+                    self.kernel_full = Some(now);
+                    return;
+                }
             }
         }
         while let Some(i) = self
@@ -306,17 +321,19 @@ impl Sender {
                 Some(s) => (0..want).take_while(|_| s.try_nrt()).count() as u32,
                 None => want,
             };
-            if n > 0 {
-                self.send_fragments(&mut p, n, now, dp, None, stats);
-            }
+            let went = n == 0 || self.send_fragments(&mut p, n, now, dp, None, stats);
             if p.done < p.total {
                 self.nrt.push_front(p);
+                if !went {
+                    self.kernel_full = Some(now);
+                }
                 break;
             }
         }
     }
 
-    /// Sends the next `n` fragments of `p`.
+    /// Sends the next `n` fragments of `p`; false if the kernel took fewer (its buffer is
+    /// full).
     fn send_fragments(
         &mut self,
         p: &mut Pending,
@@ -325,7 +342,7 @@ impl Sender {
         dp: &mut Mmsg,
         mark: Option<Mark>,
         stats: &mut RtStats,
-    ) {
+    ) -> bool {
         let len = p.buf.len() as u32;
         let n = n.min(p.total - p.done) as usize;
         if p.done == 0 {
@@ -353,10 +370,15 @@ impl Sender {
             first: p.done as usize,
         };
         dp.set_mark(mark);
-        // Whatever the kernel refuses (ENOBUFS, an unreachable destination) is counted in
-        // the datapath's counters and is loss to the receiver, as on the wire.
-        let _ = dp.send_gather(&frags);
-        for i in 0..n {
+        // What the kernel refuses for good (an unreachable destination, ...) is counted in
+        // the datapath's counters and is loss to the receiver, as on the wire; a full buffer
+        // (or ENOBUFS) ends the send early, and the rest is sent again later (a run cut short
+        // may repeat datagrams, which the receiver counts as duplicates).
+        let went = match dp.send_gather(&frags) {
+            Ok(k) => k.min(n),
+            Err(_) => n,
+        };
+        for i in 0..went {
             let (_, h, payload) = frags.get(i);
             let bytes = h.len() + payload.len() + self.ip_udp;
             if let Some(b) = &mut self.below {
@@ -372,7 +394,8 @@ impl Sender {
                 Class::Nrt => stats.nrt_fragments += 1,
             }
         }
-        p.done += n as u32;
+        p.done += went as u32;
+        went == n
     }
 
     /// A receiver's report arrived from `src`.

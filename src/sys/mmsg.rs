@@ -163,6 +163,13 @@ impl Mmsg {
         self.core.mark = mark;
     }
 
+    /// With `nowait`, a send that finds the socket buffer full returns at once, telling how
+    /// many datagrams went (whole runs: the rest of a run cut short is not counted as sent),
+    /// instead of waiting for room.
+    pub(crate) fn set_send_nowait(&mut self, nowait: bool) {
+        self.core.send_nowait = nowait;
+    }
+
     /// Bytes of the message arrays and the receive buffer, allocated at bind.
     pub(crate) fn memory(&self) -> usize {
         let t = &self.core.tx;
@@ -307,6 +314,8 @@ struct Core {
     zc: Option<Completions>,
     /// The mark of the datagrams sent from now on, if any.
     mark: Option<Mark>,
+    /// A full socket buffer ends a send early instead of being waited out.
+    send_nowait: bool,
     stats: DatapathStats,
     tx: TxArrays,
     rx: RxArrays,
@@ -459,6 +468,7 @@ impl Core {
             gro_on: gro,
             zc,
             mark: None,
+            send_nowait: false,
             stats: DatapathStats::default(),
             tx: TxArrays {
                 hdrs: vec![zeroed_mmsghdr(); TX_MSGS],
@@ -599,6 +609,13 @@ impl Core {
                     let first = self.tx.msgs[0];
                     match e {
                         libc::EINTR => {}
+                        libc::EAGAIN if self.send_nowait => {
+                            // The caller keeps what did not go: say how far the send got (a
+                            // run cut short counts as not sent).
+                            self.stats.send_would_block += 1;
+                            self.settle()?;
+                            return Ok(first.at.tx);
+                        }
                         libc::EAGAIN => {
                             // A full socket buffer is back-pressure: wait for room.
                             self.stats.send_would_block += 1;
@@ -1115,15 +1132,15 @@ impl Core {
     /// Turns `n` received messages into batch entries, splitting GRO batches.
     fn unpack(&mut self, n: usize, clocks: (Instant, SystemTime)) {
         for i in 0..n {
-            let (src, len, gro, at, tos) = match self.decode(i, clocks) {
-                Decoded::Skip => continue,
-                Decoded::Datagram {
-                    src,
-                    len,
-                    gro,
-                    at,
-                    tos,
-                } => (src, len, gro, at, tos),
+            let Decoded::Datagram {
+                src,
+                len,
+                gro,
+                at,
+                tos,
+            } = self.decode(i, clocks)
+            else {
+                continue;
             };
             let base = i * RX_SLOT;
             let seg = gro.unwrap_or(len).max(1);

@@ -59,6 +59,9 @@ pub struct Table4Args {
     /// all-at-once).
     #[arg(long)]
     pub spread: bool,
+    /// Send from one thread per sender host (3) or from one thread for all (1).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=3))]
+    pub sender_threads: u32,
     /// Short runs (10 s, validity 5 s): a smoke test.
     #[arg(long)]
     pub quick: bool,
@@ -355,18 +358,21 @@ fn run_hosts(
         socks.push(sock);
     }
     let t0 = Instant::now() + Duration::from_millis(100);
-    let senders: Vec<_> = socks
-        .into_iter()
-        .zip(trace.nodes.clone())
-        .map(|(sock, events)| {
-            std::thread::spawn(move || {
-                node::send(sock, dst, &events, t0, deadlines, Duration::from_secs(2))
-            })
-        })
-        .collect();
+    let drain = Duration::from_secs(2);
     let mut sent = Vec::new();
-    for s in senders {
-        sent.push(s.join().map_err(|_| "a sender panicked".to_string())??);
+    if a.sender_threads == 1 {
+        sent = node::send_all(socks, dst, &trace.nodes, t0, deadlines, drain)?;
+    } else {
+        let senders: Vec<_> = socks
+            .into_iter()
+            .zip(trace.nodes.clone())
+            .map(|(sock, events)| {
+                std::thread::spawn(move || node::send(sock, dst, &events, t0, deadlines, drain))
+            })
+            .collect();
+        for s in senders {
+            sent.push(s.join().map_err(|_| "a sender panicked".to_string())??);
+        }
     }
     stop.store(true, Ordering::Relaxed);
     let got = receiver

@@ -83,6 +83,77 @@ pub fn send(
     Ok(out)
 }
 
+/// Sends every node's events from its own socket, all on the calling thread: on a small
+/// machine each runnable thread adds to the others' scheduling delay, which the deadlines
+/// count. Between events it polls every socket and sleeps until the next event or timer.
+pub fn send_all(
+    mut socks: Vec<RtSocket>,
+    dst: SocketAddr,
+    nodes: &[Vec<Event>],
+    t0: Instant,
+    deadlines: [Duration; 2],
+    drain: Duration,
+) -> Result<Vec<Sent>, String> {
+    let _ = rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(1));
+    let io = |e: std::io::Error| e.to_string();
+    let mut outs = vec![Sent::default(); socks.len()];
+    let mut next = vec![0usize; socks.len()];
+    let poll_all = |socks: &mut Vec<RtSocket>| -> Result<Instant, String> {
+        for s in socks.iter_mut() {
+            s.poll(Duration::ZERO, |_| {}).map_err(io)?;
+        }
+        Ok(socks
+            .iter()
+            .map(RtSocket::next_timer)
+            .min()
+            .unwrap_or_else(Instant::now))
+    };
+    loop {
+        let pick = (0..socks.len())
+            .filter(|&i| next[i] < nodes[i].len())
+            .min_by_key(|&i| nodes[i][next[i]].at_us);
+        let Some(i) = pick else { break };
+        let ev = nodes[i][next[i]];
+        next[i] += 1;
+        let due = t0 + Duration::from_micros(ev.at_us);
+        loop {
+            let timer = poll_all(&mut socks)?;
+            let now = Instant::now();
+            if now >= due {
+                break;
+            }
+            let wake = timer.min(due).min(now + Duration::from_millis(2));
+            std::thread::sleep(wake.saturating_duration_since(now));
+        }
+        let out = &mut outs[i];
+        let c = ix(ev.class);
+        out.asked[c] += 1;
+        out.behind_us
+            .push(due.elapsed().as_micros().min(u128::from(u32::MAX)) as u32);
+        let sock = &mut socks[i];
+        let Some(mut buf) = sock.claim() else {
+            out.refused[c] += 1;
+            continue;
+        };
+        buf.as_mut()[..8].copy_from_slice(&ev.at_us.to_le_bytes());
+        if sock
+            .send_at(buf, ev.len, dst, ev.class, Some(deadlines[c]), due)
+            .is_err()
+        {
+            out.refused[c] += 1;
+        }
+    }
+    let end = Instant::now() + drain;
+    while socks.iter().any(|s| s.queued() != (0, 0)) && Instant::now() < end {
+        poll_all(&mut socks)?;
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    for (out, s) in outs.iter_mut().zip(&socks) {
+        out.stats = s.stats();
+    }
+    Ok(outs)
+}
+
 /// What the receiver got.
 #[derive(Debug, Clone, Default)]
 pub struct Received {
