@@ -17,6 +17,7 @@ pub mod live;
 #[cfg(target_os = "linux")]
 pub mod netem;
 pub use slipstream::netem::netns;
+pub mod rtpp;
 pub mod table;
 pub mod table4;
 pub mod transfer;
@@ -54,6 +55,10 @@ pub enum BenchCmd {
     /// with the traffic smoother, from one seeded trace. With --json the last stdout line is
     /// JSON (rt_loss_pct_without, rt_loss_pct_with, ..., time_scale, validity_ok).
     Table4(table4::Table4Args),
+    /// The SS-RTUDP paper's Figs. 7 and 8 (needs root): ping-pong latency (p50, p99 of half
+    /// the round trip) and streaming bandwidth from 1 B to 65,000 B, the real-time path against
+    /// plain sendto/recvfrom, over veth or the link emulator at 100 Mbit/s or 1 Gbit/s.
+    Rtpp(rtpp::RtppArgs),
     /// The listening process of `bench conns` (started by it).
     #[command(hide = true)]
     ConnsServer(conns::PeerArgs),
@@ -173,6 +178,7 @@ pub fn run(cmd: BenchCmd) -> Result<(), String> {
         BenchCmd::Live(a) => live::run(&a),
         BenchCmd::Conns(a) => conns::run(&a),
         BenchCmd::Table4(a) => table4::run(&a),
+        BenchCmd::Rtpp(a) => rtpp::run(&a),
         BenchCmd::ConnsServer(a) => conns::run_server(&a),
         BenchCmd::ConnsClient(a) => conns::run_client(&a),
     }

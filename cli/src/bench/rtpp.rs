@@ -1,0 +1,495 @@
+//! `slipstream bench rtpp`: the SS-RTUDP paper's Figs. 7 and 8, NetPIPE-style. For each
+//! message size, the real-time path (`slipstream::rt`: application fragments as GSO runs,
+//! pool buffers) and plain blocking `sendto`/`recvfrom` (the kernel cuts datagrams above the
+//! MTU into IP fragments) are measured in the same run between two network namespaces:
+//!
+//! - latency: ping-pong of one message, half the round trip, p50 and p99;
+//! - bandwidth: a stream of messages, counted by the receiver, in Mbit/s of payload.
+//!
+//! Paths: a veth pair (no rate limit: host costs), or the link emulator at 100 Mbit/s or
+//! 1 Gbit/s (`netem100`, `netem1g`).
+
+use clap::Args;
+use serde::Serialize;
+use slipstream::datapath::Impairment;
+use slipstream::netem::{self, netns};
+use slipstream::rt::{Class, RtConfig, RtSocket};
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Options of `bench rtpp`.
+#[derive(Debug, Args)]
+pub struct RtppArgs {
+    /// Paths: veth, netem100, netem1g (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "veth")]
+    pub paths: Vec<String>,
+    /// Message sizes, bytes (default: powers of two from 1 to 32 KiB, and 65,000).
+    #[arg(long, value_delimiter = ',')]
+    pub sizes: Option<Vec<usize>>,
+    /// Ping-pongs per size.
+    #[arg(long, default_value_t = 500)]
+    pub iters: usize,
+    /// Payload bytes streamed per size for the bandwidth.
+    #[arg(long, default_value = "8388608")]
+    pub stream_bytes: usize,
+    /// Print a JSON summary as the last line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Ports of the servers in namespace b: RT echo, plain echo, RT sink, plain sink.
+const PORTS: [u16; 4] = [7901, 7902, 7903, 7904];
+/// What ends a stream (no measured size is 3 bytes).
+const END: &[u8] = b"END";
+/// Largest message.
+const MAX: usize = 65_000;
+
+/// One size on one path.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub path: String,
+    pub size: usize,
+    /// Half the round trip, µs: p50 and p99, real-time path then plain.
+    pub rt_p50_us: f64,
+    pub rt_p99_us: f64,
+    pub plain_p50_us: f64,
+    pub plain_p99_us: f64,
+    /// Payload delivered, Mbit/s.
+    pub rt_mbps: f64,
+    pub plain_mbps: f64,
+}
+
+/// Runs `bench rtpp`.
+pub fn run(a: &RtppArgs) -> Result<(), String> {
+    if !netns::is_root() {
+        return Err("bench rtpp needs root: it runs between network namespaces".into());
+    }
+    let sizes = a.sizes.clone().unwrap_or_else(|| {
+        let mut v: Vec<usize> = (0..=15).map(|i| 1 << i).collect();
+        v.push(MAX);
+        v
+    });
+    if let Some(&s) = sizes.iter().find(|&&s| s == 0 || s == END.len() || s > MAX) {
+        return Err(format!("--sizes: {s} is not measured (1 to {MAX}, not 3)"));
+    }
+    let mut rows = Vec::new();
+    for path in &a.paths {
+        let (ns, addrs, _guard) = setup(path)?;
+        eprintln!("rtpp: {path}");
+        let stop = Arc::new(AtomicBool::new(false));
+        let servers = serve(&ns.1, addrs.1, stop.clone())?;
+        let r = measure(a, path, &sizes, &ns.0, addrs, &mut rows);
+        stop.store(true, Ordering::Relaxed);
+        for s in servers {
+            let _ = s.join();
+        }
+        r?;
+    }
+    println!(
+        "| path | size B | RT p50/p99 us | plain p50/p99 us | RT Mbit/s | plain Mbit/s |\n|---|---:|---|---|---:|---:|"
+    );
+    for r in &rows {
+        println!(
+            "| {} | {} | {:.1} / {:.1} | {:.1} / {:.1} | {:.1} | {:.1} |",
+            r.path,
+            r.size,
+            r.rt_p50_us,
+            r.rt_p99_us,
+            r.plain_p50_us,
+            r.plain_p99_us,
+            r.rt_mbps,
+            r.plain_mbps
+        );
+    }
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string(&rows).map_err(|e| e.to_string())?
+        );
+    }
+    Ok(())
+}
+
+/// Whatever keeps a path up until dropped.
+enum Guard {
+    Veth(#[allow(dead_code)] netns::VethPair),
+    Netem(String),
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Guard::Netem(name) = self {
+            if let Err(e) = netem::down(name) {
+                eprintln!("warning: removing emulator {name}: {e}");
+            }
+        }
+    }
+}
+
+type Path2 = ((String, String), (Ipv4Addr, Ipv4Addr), Guard);
+
+fn setup(path: &str) -> Result<Path2, String> {
+    let rate = match path {
+        "veth" => {
+            let p = netns::VethPair::create(1500)?;
+            return Ok((
+                (p.ns_a.clone(), p.ns_b.clone()),
+                (p.addr_a, p.addr_b),
+                Guard::Veth(p),
+            ));
+        }
+        "netem100" => "rate=100mbit",
+        "netem1g" => "rate=1gbit",
+        _ => {
+            return Err(format!(
+                "--paths: unknown path {path} (veth, netem100, netem1g)"
+            ))
+        }
+    };
+    let name = format!("rtpp{}", std::process::id());
+    let imp = Impairment::parse(&format!("{rate},queue=4m"))?;
+    let spec = netem::Spec {
+        ab: imp.clone(),
+        ba: imp,
+        mtu: 1500,
+    };
+    let exe = std::env::current_exe().map_err(|e| format!("finding slipstream: {e}"))?;
+    let info = netem::up(&name, &spec, &exe)?;
+    Ok((
+        (info.a.netns.clone(), info.b.netns.clone()),
+        (info.a.addr, info.b.addr),
+        Guard::Netem(name),
+    ))
+}
+
+fn rt_config() -> RtConfig {
+    RtConfig {
+        max_message: MAX,
+        buffers: 256,
+        rt_queue: 256,
+        reassembly_slots: 32,
+        smoother: None,
+        ..RtConfig::default()
+    }
+}
+
+/// The four servers in namespace `ns`, until `stop`.
+fn serve(
+    ns: &str,
+    addr: Ipv4Addr,
+    stop: Arc<AtomicBool>,
+) -> Result<Vec<std::thread::JoinHandle<()>>, String> {
+    let mut out = Vec::new();
+    for (k, port) in PORTS.into_iter().enumerate() {
+        let (ns, stop) = (ns.to_string(), stop.clone());
+        let at = SocketAddr::from((addr, port));
+        let (tx, rx) = std::sync::mpsc::channel();
+        out.push(std::thread::spawn(move || {
+            if let Err(e) = netns::enter(&ns) {
+                let _ = tx.send(Err(e.to_string()));
+                return;
+            }
+            if k % 2 == 0 {
+                let mut sock = match RtSocket::open(at, rt_config()) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        let _ = tx.send(Err(e.to_string()));
+                        return;
+                    }
+                };
+                let _ = tx.send(Ok(()));
+                rt_server(&mut sock, k == 2, &stop);
+            } else {
+                let sock = match UdpSocket::bind(at) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        let _ = tx.send(Err(e.to_string()));
+                        return;
+                    }
+                };
+                let _ = socket2::SockRef::from(&sock).set_recv_buffer_size(8 << 20);
+                let _ = sock.set_read_timeout(Some(Duration::from_millis(50)));
+                let _ = tx.send(Ok(()));
+                plain_server(&sock, k == 3, &stop);
+            }
+        }));
+        rx.recv().map_err(|e| e.to_string())??;
+    }
+    Ok(out)
+}
+
+/// Echoes every message (or, as a sink, counts them and answers END with the counts).
+fn rt_server(sock: &mut RtSocket, sink: bool, stop: &AtomicBool) {
+    let mut replies: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
+    let mut count = Count::default();
+    while !stop.load(Ordering::Relaxed) {
+        let _ = sock.poll(Duration::from_millis(20), |m| {
+            if sink && m.data != END {
+                count.add(m.data.len());
+            } else if sink {
+                replies.push((m.src, count.take()));
+            } else {
+                replies.push((m.src, m.data.to_vec()));
+            }
+        });
+        for (dst, data) in replies.drain(..) {
+            let Some(mut buf) = sock.claim() else { break };
+            buf.as_mut()[..data.len()].copy_from_slice(&data);
+            let _ = sock.send(buf, data.len(), dst, Class::Rt, None);
+        }
+    }
+}
+
+fn plain_server(sock: &UdpSocket, sink: bool, stop: &AtomicBool) {
+    let mut buf = vec![0u8; 65_536];
+    let mut count = Count::default();
+    while !stop.load(Ordering::Relaxed) {
+        let Ok((n, src)) = sock.recv_from(&mut buf) else {
+            continue;
+        };
+        if !sink {
+            let _ = sock.send_to(&buf[..n], src);
+        } else if &buf[..n] != END {
+            count.add(n);
+        } else {
+            let _ = sock.send_to(&count.take(), src);
+        }
+    }
+}
+
+/// What a sink received of a stream: bytes, and when the first and last message came.
+#[derive(Default)]
+struct Count {
+    bytes: u64,
+    first: Option<Instant>,
+    last: Option<Instant>,
+}
+
+impl Count {
+    fn add(&mut self, n: usize) {
+        let now = Instant::now();
+        self.first.get_or_insert(now);
+        self.last = Some(now);
+        self.bytes += n as u64;
+    }
+
+    /// The answer to END (bytes, then ns from the first message to the last), and a fresh
+    /// count.
+    fn take(&mut self) -> Vec<u8> {
+        let ns = match (self.first, self.last) {
+            (Some(a), Some(b)) => (b - a).as_nanos() as u64,
+            _ => 0,
+        };
+        let mut r = self.bytes.to_le_bytes().to_vec();
+        r.extend_from_slice(&ns.to_le_bytes());
+        *self = Count::default();
+        r
+    }
+}
+
+fn quantile(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(((v.len() as f64 - 1.0) * p).round() as usize)
+        .copied()
+        .unwrap_or(f64::NAN)
+}
+
+/// Measures every size from namespace `ns` (a client thread there).
+fn measure(
+    a: &RtppArgs,
+    path: &str,
+    sizes: &[usize],
+    ns: &str,
+    addrs: (Ipv4Addr, Ipv4Addr),
+    rows: &mut Vec<Row>,
+) -> Result<(), String> {
+    let (ns, sizes, iters, stream) = (ns.to_string(), sizes.to_vec(), a.iters, a.stream_bytes);
+    let path = path.to_string();
+    let got = std::thread::spawn(move || -> Result<Vec<Row>, String> {
+        netns::enter(&ns).map_err(|e| e.to_string())?;
+        let mut rt = RtSocket::open(SocketAddr::from((addrs.0, 0)), rt_config())
+            .map_err(|e| e.to_string())?;
+        let plain = UdpSocket::bind(SocketAddr::from((addrs.0, 0))).map_err(|e| e.to_string())?;
+        plain
+            .set_read_timeout(Some(Duration::from_secs(1)))
+            .map_err(|e| e.to_string())?;
+        let dst = |k: usize| SocketAddr::from((addrs.1, PORTS[k]));
+        let mut out = Vec::new();
+        for &size in &sizes {
+            let (rt_p50, rt_p99) = rt_pingpong(&mut rt, dst(0), size, iters)?;
+            let (pl_p50, pl_p99) = plain_pingpong(&plain, dst(1), size, iters)?;
+            let count = (stream / size).clamp(100, 50_000);
+            let rt_mbps = rt_stream(&mut rt, dst(2), size, count)?;
+            let plain_mbps = plain_stream(&plain, dst(3), size, count)?;
+            eprintln!(
+                "rtpp: {path} {size} B: RT {rt_p50:.1}/{rt_p99:.1} us {rt_mbps:.1} Mbit/s, \
+                 plain {pl_p50:.1}/{pl_p99:.1} us {plain_mbps:.1} Mbit/s"
+            );
+            out.push(Row {
+                path: path.clone(),
+                size,
+                rt_p50_us: rt_p50,
+                rt_p99_us: rt_p99,
+                plain_p50_us: pl_p50,
+                plain_p99_us: pl_p99,
+                rt_mbps,
+                plain_mbps,
+            });
+        }
+        Ok(out)
+    })
+    .join()
+    .map_err(|_| "the client panicked".to_string())??;
+    rows.extend(got);
+    Ok(())
+}
+
+/// Sends a message of `size` bytes on the real-time path, waiting for room if need be.
+fn rt_send(
+    sock: &mut RtSocket,
+    dst: SocketAddr,
+    data: Option<&[u8]>,
+    size: usize,
+) -> Result<(), String> {
+    let mut buf = loop {
+        if let Some(b) = sock.claim() {
+            break b;
+        }
+        sock.poll(Duration::from_millis(1), |_| {})
+            .map_err(|e| e.to_string())?;
+    };
+    if let Some(d) = data {
+        buf.as_mut()[..d.len()].copy_from_slice(d);
+    }
+    let mut pending = Some(buf);
+    while let Some(b) = pending.take() {
+        if let Err(e) = sock.send(b, size, dst, Class::Rt, None) {
+            pending = Some(e.buf);
+            sock.poll(Duration::from_micros(200), |_| {})
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(())
+}
+
+fn rt_pingpong(
+    sock: &mut RtSocket,
+    dst: SocketAddr,
+    size: usize,
+    iters: usize,
+) -> Result<(f64, f64), String> {
+    let mut half = Vec::with_capacity(iters);
+    for i in 0..iters + 10 {
+        let t = Instant::now();
+        rt_send(sock, dst, None, size)?;
+        let mut back = false;
+        while !back {
+            if t.elapsed() > Duration::from_secs(1) {
+                return Err(format!("real-time ping of {size} B got no answer"));
+            }
+            sock.poll(Duration::from_millis(100), |m| back |= m.data.len() == size)
+                .map_err(|e| e.to_string())?;
+        }
+        if i >= 10 {
+            half.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
+        }
+    }
+    Ok((quantile(&mut half, 0.5), quantile(&mut half, 0.99)))
+}
+
+fn plain_pingpong(
+    sock: &UdpSocket,
+    dst: SocketAddr,
+    size: usize,
+    iters: usize,
+) -> Result<(f64, f64), String> {
+    let msg = vec![0x5au8; size];
+    let mut buf = vec![0u8; 65_536];
+    let mut half = Vec::with_capacity(iters);
+    for i in 0..iters + 10 {
+        let t = Instant::now();
+        sock.send_to(&msg, dst).map_err(|e| e.to_string())?;
+        loop {
+            match sock.recv_from(&mut buf) {
+                Ok((n, _)) if n == size => break,
+                Ok(_) => {}
+                Err(e) => return Err(format!("plain ping of {size} B: {e}")),
+            }
+        }
+        if i >= 10 {
+            half.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
+        }
+    }
+    Ok((quantile(&mut half, 0.5), quantile(&mut half, 0.99)))
+}
+
+/// Payload the sink counted over its time from the first message to the last, Mbit/s.
+fn mbps(reply: &[u8]) -> f64 {
+    let at = |i: usize| {
+        reply
+            .get(i..i + 8)
+            .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+    };
+    let (bytes, ns) = (at(0), at(8));
+    if ns == 0 {
+        0.0
+    } else {
+        bytes as f64 * 8.0 / (ns as f64 * 1e-9) / 1e6
+    }
+}
+
+fn rt_stream(
+    sock: &mut RtSocket,
+    dst: SocketAddr,
+    size: usize,
+    count: usize,
+) -> Result<f64, String> {
+    for _ in 0..count {
+        rt_send(sock, dst, None, size)?;
+    }
+    // Drain what waits, then end the stream.
+    while sock.queued() != (0, 0) {
+        sock.poll(Duration::from_micros(200), |_| {})
+            .map_err(|e| e.to_string())?;
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    rt_send(sock, dst, Some(END), END.len())?;
+    let mut reply = None;
+    let end = Instant::now() + Duration::from_secs(2);
+    while reply.is_none() && Instant::now() < end {
+        sock.poll(Duration::from_millis(10), |m| {
+            if m.data.len() == 16 {
+                reply = Some(m.data.to_vec());
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    }
+    let reply = reply.ok_or("the real-time sink did not answer")?;
+    Ok(mbps(&reply))
+}
+
+fn plain_stream(
+    sock: &UdpSocket,
+    dst: SocketAddr,
+    size: usize,
+    count: usize,
+) -> Result<f64, String> {
+    let msg = vec![0x5au8; size];
+    for _ in 0..count {
+        // A full socket buffer blocks; ENOBUFS drops: either way the sink counts.
+        let _ = sock.send_to(&msg, dst);
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    sock.send_to(END, dst).map_err(|e| e.to_string())?;
+    let mut buf = [0u8; 64];
+    loop {
+        let (n, _) = sock
+            .recv_from(&mut buf)
+            .map_err(|e| format!("the plain sink did not answer: {e}"))?;
+        if n == 16 {
+            return Ok(mbps(&buf[..16]));
+        }
+    }
+}
