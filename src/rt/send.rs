@@ -24,6 +24,8 @@ struct Pending {
     /// Its number: given when its first fragment leaves, so that one dropped unsent leaves
     /// no gap in the numbering the receiver sees.
     id: u32,
+    /// Whether `id` was given (a first send the kernel refused whole gives none).
+    numbered: bool,
     sent_us: u64,
     deadline_us: u32,
     /// Its deadline, for dropping it unsent.
@@ -234,6 +236,7 @@ impl Sender {
             dst,
             class,
             id: 0,
+            numbered: false,
             sent_us,
             deadline_us: deadline.map_or(0, |d| d.as_micros().clamp(1, u32::MAX as u128) as u32),
             expires: deadline_at,
@@ -345,10 +348,11 @@ impl Sender {
     ) -> bool {
         let len = p.buf.len() as u32;
         let n = n.min(p.total - p.done) as usize;
-        if p.done == 0 {
+        if !p.numbered {
             let next = &mut self.peer(p.dst, now).next_id[usize::from(p.class == Class::Nrt)];
             p.id = *next;
             *next = p.id.wrapping_add(1);
+            p.numbered = true;
         }
         for (j, h) in self.hdrs[..n].iter_mut().enumerate() {
             let hdr = RtHeader {

@@ -351,6 +351,9 @@ fn a_full_kernel_buffer_keeps_real_time_messages_queued_then_sends_them_whole() 
     let mut a = RtSocket::open(lo(), cfg).unwrap();
     let mut b = RtSocket::open(lo(), cfg).unwrap();
     let dst = b.local_addr().unwrap();
+    // A first message, so that the receiver knows where the numbering stands.
+    send(&mut a, dst, 10, 0, Class::Rt);
+    assert_eq!(receive_all(&mut b, &mut a, 1).len(), 1);
     // The next send finds the socket buffer full: nothing waits, the message stays queued.
     a.dp.fail_send(0, libc::EAGAIN);
     send(&mut a, dst, 5000, 1, Class::Rt);
@@ -371,4 +374,12 @@ fn a_full_kernel_buffer_keeps_real_time_messages_queued_then_sends_them_whole() 
     assert!(got[1].1.iter().copied().eq(pattern(100, 2)));
     assert_eq!(a.queued(), (0, 0));
     assert_eq!(a.stats().rt_refused, 1);
+    // Numbered once each, whatever the retries: no gap for the receiver to report.
+    assert_eq!(b.stats().resyncs, 0);
+    let end = Instant::now() + Duration::from_millis(50);
+    while Instant::now() < end {
+        b.poll(Duration::from_millis(5), |_| {}).unwrap();
+        a.poll(Duration::ZERO, |_| {}).unwrap();
+    }
+    assert_eq!(a.stats().reported_missing, 0, "{:?}", a.stats());
 }
