@@ -166,32 +166,8 @@ pub fn up(name: &str, spec: &Spec, exe: &Path) -> Result<Info, String> {
     }
     let (ab, ba) = (spec.ab.to_spec(), spec.ba.to_spec());
     let pid = start_forwarder(name, exe, &["--a-to-b", &ab, "--b-to-a", &ba])?;
-    let mtu = spec.mtu.to_string();
-    let qlen = TXQUEUELEN.to_string();
     for (ns, addr) in [(&ns_a, ADDR_A), (&ns_b, ADDR_B)] {
-        netns::ip(&["-n", ns, "link", "set", "lo", "up"])?;
-        netns::ip(&[
-            "-n",
-            ns,
-            "link",
-            "set",
-            "dev",
-            DEV,
-            "mtu",
-            &mtu,
-            "txqueuelen",
-            &qlen,
-            "up",
-        ])?;
-        netns::ip(&[
-            "-n",
-            ns,
-            "addr",
-            "add",
-            &format!("{addr}/{PREFIX_LEN}"),
-            "dev",
-            DEV,
-        ])?;
+        configure_device(ns, addr, spec.mtu)?;
     }
     let info = Info {
         a: Side {
@@ -213,6 +189,34 @@ pub fn up(name: &str, spec: &Spec, exe: &Path) -> Result<Info, String> {
     state::write(name, state::INFO, &json)?;
     guard.0 = None;
     Ok(info)
+}
+
+/// Brings up loopback and the TUN device in namespace `ns`: MTU, transmit queue, `addr`/24.
+fn configure_device(ns: &str, addr: Ipv4Addr, mtu: u32) -> Result<(), String> {
+    let (mtu, qlen) = (mtu.to_string(), TXQUEUELEN.to_string());
+    netns::ip(&["-n", ns, "link", "set", "lo", "up"])?;
+    netns::ip(&[
+        "-n",
+        ns,
+        "link",
+        "set",
+        "dev",
+        DEV,
+        "mtu",
+        &mtu,
+        "txqueuelen",
+        &qlen,
+        "up",
+    ])?;
+    netns::ip(&[
+        "-n",
+        ns,
+        "addr",
+        "add",
+        &format!("{addr}/{PREFIX_LEN}"),
+        "dev",
+        DEV,
+    ])
 }
 
 /// Starts the forwarder of emulator `name` (`exe netem run NAME ARGS...`, in its own

@@ -15,7 +15,7 @@
 //! [`Link`]: slipstream_proto::sim::Link
 
 use super::forward::{fatal, wait_devices, SLACK};
-use super::{netns, state, Teardown, DEV, TXQUEUELEN};
+use super::{netns, state, Teardown, DEV};
 use crate::datapath::Impairment;
 use rustix::event::{PollFd, PollFlags};
 use rustix::time::{clock_gettime, ClockId};
@@ -122,26 +122,10 @@ pub fn switch_up(name: &str, spec: &SwitchSpec, exe: &Path) -> Result<SwitchInfo
         exe,
         &["--hosts", &hosts, "--access", &access, "--port", &port],
     )?;
-    let mtu = spec.mtu.to_string();
-    let qlen = TXQUEUELEN.to_string();
     let mut out = Vec::new();
     for (i, ns) in names.iter().enumerate() {
         let addr = switch_addr(i + 1);
-        netns::ip(&["-n", ns, "link", "set", "lo", "up"])?;
-        netns::ip(&[
-            "-n",
-            ns,
-            "link",
-            "set",
-            "dev",
-            DEV,
-            "mtu",
-            &mtu,
-            "txqueuelen",
-            &qlen,
-            "up",
-        ])?;
-        netns::ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", DEV])?;
+        super::configure_device(ns, addr, spec.mtu)?;
         out.push(Host {
             netns: ns.clone(),
             addr,

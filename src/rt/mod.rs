@@ -479,7 +479,7 @@ impl RtSocket {
 }
 
 /// Whether the kernel takes the real-time mark as per-message control data: the TOS, and
-/// the priority too (Linux 6.13 and later). Found once per process by sending to loopback.
+/// the priority too (recent kernels only). Found once per process by sending to loopback.
 fn mark_supported() -> Option<Mark> {
     static MARK: std::sync::OnceLock<Option<Mark>> = std::sync::OnceLock::new();
     *MARK.get_or_init(|| {

@@ -36,6 +36,33 @@ pub struct Sent {
     pub stats: RtStats,
 }
 
+/// Sends event `ev` (meant for `due`) from `sock`, counting it into `out`; the message
+/// carries its trace time in its first 8 bytes.
+fn send_one(
+    sock: &mut RtSocket,
+    out: &mut Sent,
+    ev: &Event,
+    dst: SocketAddr,
+    deadlines: [Duration; 2],
+    due: Instant,
+) {
+    let c = ix(ev.class);
+    out.asked[c] += 1;
+    out.behind_us
+        .push(due.elapsed().as_micros().min(u128::from(u32::MAX)) as u32);
+    let Some(mut buf) = sock.claim() else {
+        out.refused[c] += 1;
+        return;
+    };
+    buf.as_mut()[..8].copy_from_slice(&ev.at_us.to_le_bytes());
+    if sock
+        .send_at(buf, ev.len, dst, ev.class, Some(deadlines[c]), due)
+        .is_err()
+    {
+        out.refused[c] += 1;
+    }
+}
+
 /// Sends `events` from `sock` to `dst`, each at `t0` plus its time; then waits until the
 /// queues are empty (at most `drain`).
 pub fn send(
@@ -59,21 +86,7 @@ pub fn send(
             sock.poll((due - now).min(Duration::from_millis(2)), |_| {})
                 .map_err(io)?;
         }
-        let c = ix(ev.class);
-        out.asked[c] += 1;
-        out.behind_us
-            .push(due.elapsed().as_micros().min(u128::from(u32::MAX)) as u32);
-        let Some(mut buf) = sock.claim() else {
-            out.refused[c] += 1;
-            continue;
-        };
-        buf.as_mut()[..8].copy_from_slice(&ev.at_us.to_le_bytes());
-        if sock
-            .send_at(buf, ev.len, dst, ev.class, Some(deadlines[c]), due)
-            .is_err()
-        {
-            out.refused[c] += 1;
-        }
+        send_one(&mut sock, &mut out, ev, dst, deadlines, due);
     }
     let end = Instant::now() + drain;
     while sock.queued() != (0, 0) && Instant::now() < end {
@@ -125,23 +138,7 @@ pub fn send_all(
             let wake = timer.min(due).min(now + Duration::from_millis(2));
             std::thread::sleep(wake.saturating_duration_since(now));
         }
-        let out = &mut outs[i];
-        let c = ix(ev.class);
-        out.asked[c] += 1;
-        out.behind_us
-            .push(due.elapsed().as_micros().min(u128::from(u32::MAX)) as u32);
-        let sock = &mut socks[i];
-        let Some(mut buf) = sock.claim() else {
-            out.refused[c] += 1;
-            continue;
-        };
-        buf.as_mut()[..8].copy_from_slice(&ev.at_us.to_le_bytes());
-        if sock
-            .send_at(buf, ev.len, dst, ev.class, Some(deadlines[c]), due)
-            .is_err()
-        {
-            out.refused[c] += 1;
-        }
+        send_one(&mut socks[i], &mut outs[i], &ev, dst, deadlines, due);
     }
     let end = Instant::now() + drain;
     while socks.iter().any(|s| s.queued() != (0, 0)) && Instant::now() < end {
