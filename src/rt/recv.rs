@@ -115,7 +115,14 @@ impl Receiver {
                 Some((h, _, bytes)) => (*h, bytes, Some(slot)),
                 None => return 0,
             },
-            Ok(Outcome::Partial) | Err(_) => {
+            Ok(Outcome::Partial) => {
+                // Known from its first fragment on, so that a message of it that never
+                // completes is reported even if none ever did.
+                source(&mut self.sources, self.cap, src, k, at);
+                self.take_expired(stats);
+                return 0;
+            }
+            Err(_) => {
                 self.take_expired(stats);
                 return 0;
             }

@@ -383,3 +383,30 @@ fn a_full_kernel_buffer_keeps_real_time_messages_queued_then_sends_them_whole() 
     }
     assert_eq!(a.stats().reported_missing, 0, "{:?}", a.stats());
 }
+
+#[test]
+fn a_source_whose_only_message_never_completes_hears_of_it() {
+    let cfg = RtConfig {
+        report_interval: Duration::from_millis(2),
+        reassembly_timeout: Duration::from_millis(10),
+        ..RtConfig::default()
+    };
+    let mut b = RtSocket::open(lo(), cfg).unwrap();
+    let dst = b.local_addr().unwrap();
+    let raw = UdpSocket::bind(lo()).unwrap();
+    raw.set_read_timeout(Some(Duration::from_millis(10)))
+        .unwrap();
+    raw.send_to(&fragment(0, 1200, 0, 600, 600), dst).unwrap();
+    let end = Instant::now() + Duration::from_secs(3);
+    let mut rep = None;
+    while rep.is_none() && Instant::now() < end {
+        b.poll(Duration::from_millis(2), |_| panic!("nothing is whole"))
+            .unwrap();
+        let mut r = [0; 64];
+        if let Ok((n, _)) = raw.recv_from(&mut r) {
+            rep = Report::parse(&r[..n]).ok();
+        }
+    }
+    let rep = rep.expect("a report");
+    assert_eq!((rep.delivered, rep.expired), (0, 1));
+}
