@@ -232,11 +232,12 @@ fn source(
             sources.len() - 1
         }
         None => {
-            let (i, _) = sources
+            // The table is full (and `open` refuses a table of none).
+            let i = sources
                 .iter()
                 .enumerate()
                 .min_by_key(|(_, s)| s.used)
-                .expect("at least one source");
+                .map_or(0, |(i, _)| i);
             sources[i] = fresh;
             i
         }

@@ -169,6 +169,32 @@ fn a_waiting_non_real_time_message_past_its_deadline_is_dropped_and_counted() {
     assert_eq!(a.free_buffers(), a.config().buffers);
 }
 
+/// Polls `b` while reading the reports it sends to `raw`, for at most 3 s: the first that
+/// `done` accepts, else the last (`None` if none came). Nothing may arrive whole at `b`.
+fn report_until(
+    b: &mut RtSocket,
+    raw: &UdpSocket,
+    done: impl Fn(&Report) -> bool,
+) -> Option<Report> {
+    let mut last = None;
+    let end = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < end {
+        b.poll(Duration::from_millis(2), |m| {
+            assert!(m.data.len() == 10, "only the 10-byte messages are whole")
+        })
+        .unwrap();
+        let mut r = [0; 64];
+        if let Ok((n, _)) = raw.recv_from(&mut r) {
+            let rep = Report::parse(&r[..n]).expect("a report");
+            last = Some(rep);
+            if done(&rep) {
+                break;
+            }
+        }
+    }
+    last
+}
+
 fn fragment(id: u32, msg_len: u32, offset: u32, frag_len: u16, payload: usize) -> Vec<u8> {
     let mut d = vec![7; RT_HEADER_LEN + payload];
     RtHeader {
@@ -201,20 +227,7 @@ fn a_receiver_reports_missing_messages_and_incomplete_ones_to_their_sender() {
     raw.send_to(&fragment(0, 10, 0, 10, 10), dst).unwrap();
     raw.send_to(&fragment(3, 10, 0, 10, 10), dst).unwrap();
     raw.send_to(&fragment(4, 1200, 0, 600, 600), dst).unwrap();
-    let mut last = None;
-    let end = Instant::now() + Duration::from_secs(3);
-    while Instant::now() < end {
-        b.poll(Duration::from_millis(2), |_| {}).unwrap();
-        let mut r = [0; 64];
-        if let Ok((n, _)) = raw.recv_from(&mut r) {
-            let rep = Report::parse(&r[..n]).expect("a report");
-            last = Some(rep);
-            if rep.expired == 1 {
-                break;
-            }
-        }
-    }
-    let rep = last.expect("reports came");
+    let rep = report_until(&mut b, &raw, |r| r.expired == 1).expect("reports came");
     assert_eq!(
         (rep.delivered, rep.missing, rep.expired, rep.next_rt),
         (2, 2, 1, 4)
@@ -397,16 +410,6 @@ fn a_source_whose_only_message_never_completes_hears_of_it() {
     raw.set_read_timeout(Some(Duration::from_millis(10)))
         .unwrap();
     raw.send_to(&fragment(0, 1200, 0, 600, 600), dst).unwrap();
-    let end = Instant::now() + Duration::from_secs(3);
-    let mut rep = None;
-    while rep.is_none() && Instant::now() < end {
-        b.poll(Duration::from_millis(2), |_| panic!("nothing is whole"))
-            .unwrap();
-        let mut r = [0; 64];
-        if let Ok((n, _)) = raw.recv_from(&mut r) {
-            rep = Report::parse(&r[..n]).ok();
-        }
-    }
-    let rep = rep.expect("a report");
+    let rep = report_until(&mut b, &raw, |_| true).expect("a report");
     assert_eq!((rep.delivered, rep.expired), (0, 1));
 }
