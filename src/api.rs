@@ -7,6 +7,7 @@
 
 use crate::datapath::{self, DatapathStats, Impaired, Impairment};
 use crate::runtime::{self, AcceptSignal, Shared, State, Wait};
+use crate::smoother::HostSmoother;
 use slipstream_proto::cc::CcRegistry;
 use slipstream_proto::conn::State as ConnState;
 use slipstream_proto::conn::{
@@ -46,6 +47,7 @@ pub struct EndpointOptions {
     threads: usize,
     registry: CcRegistry,
     seed: Option<u64>,
+    smoother: Option<HostSmoother>,
 }
 
 impl Default for EndpointOptions {
@@ -60,6 +62,7 @@ impl Default for EndpointOptions {
             threads: 1,
             registry: CcRegistry::default(),
             seed: None,
+            smoother: None,
         }
     }
 }
@@ -110,6 +113,14 @@ impl EndpointOptions {
     /// Fixed seed for socket ids and sequence numbers (tests). Default: OS randomness.
     pub fn set_seed(&mut self, seed: Option<u64>) -> &mut Self {
         self.seed = seed;
+        self
+    }
+    /// Answer to the process's traffic smoother ([`HostSmoother`], shared with real-time
+    /// sockets): each datagram of the endpoint's connections takes a credit, as a
+    /// non-real-time packet does, and waits for the next refresh when there is none; real-time
+    /// receivers' loss reports slow the whole process. Default none.
+    pub fn set_smoother(&mut self, s: Option<HostSmoother>) -> &mut Self {
+        self.smoother = s;
         self
     }
 }
@@ -242,7 +253,8 @@ impl Endpoint {
                 .set_registry(opts.registry.clone())
                 .set_receive_queue(dp.receive_queue_bytes());
             let ep = slipstream_proto::endpoint::Endpoint::new(cfg, Instant::now());
-            let (shared, thread) = runtime::spawn(dp, ep, 1500, accepts.clone())?;
+            let (shared, thread) =
+                runtime::spawn(dp, ep, 1500, accepts.clone(), opts.smoother.clone())?;
             shards.push(Shard {
                 shared,
                 thread: Some(thread),

@@ -26,6 +26,7 @@ pub mod poll;
 #[cfg(target_os = "linux")]
 pub mod rt;
 mod runtime;
+pub mod smoother;
 mod sys;
 #[cfg(target_os = "linux")]
 pub use sys::hugepage::HugePageAlloc;

@@ -25,6 +25,7 @@
 use crate::datapath::{
     Datapath, DatapathStats, RxBatch, RxSplit, Tx, TxGather, Waker, MAX_UDP_PAYLOAD, SPLIT_HEAD,
 };
+use crate::smoother::HostSmoother;
 use rustc_hash::FxHashMap;
 use slipstream_proto::conn::{Connection, Event, State as ConnState};
 use slipstream_proto::endpoint::{ConnId, Endpoint, PayloadRef};
@@ -366,6 +367,7 @@ pub(crate) fn spawn(
     ep: Endpoint,
     max_mss: usize,
     accepts: Arc<AcceptSignal>,
+    smoother: Option<HostSmoother>,
 ) -> io::Result<(Arc<Shared>, JoinHandle<()>)> {
     let shared = Arc::new(Shared {
         accepts,
@@ -403,6 +405,8 @@ pub(crate) fn spawn(
         coalesce: Coalescer::default(),
         split: Split::default(),
         drain_until: None,
+        smoother,
+        held: false,
         wake: Vec::new(),
         woken: Vec::new(),
         poll_wake: Vec::new(),
@@ -437,6 +441,10 @@ struct IoLoop {
     split: Split,
     /// Set when the endpoint is done: the delay line is drained until then.
     drain_until: Option<Instant>,
+    /// The process's smoother: every datagram takes a credit (see [`HostSmoother`]).
+    smoother: Option<HostSmoother>,
+    /// The last collection stopped for want of credit: come back at the next refresh.
+    held: bool,
 }
 
 /// Split receives (see [`Endpoint::handle_data_owned`]): while the engine's connections carry
@@ -553,6 +561,24 @@ impl Coalescer {
 }
 
 impl IoLoop {
+    /// Whether the smoother (if any) has credit for one more datagram now; if not, the loop
+    /// comes back at its next refresh.
+    fn credit(&mut self, now: Instant) -> bool {
+        let ok = self
+            .smoother
+            .as_ref()
+            .is_none_or(|s| s.nrt_ready_or_hold(now));
+        self.held |= !ok;
+        ok
+    }
+
+    /// A datagram was taken from the engine: its credit.
+    fn take_credit(&self, now: Instant) {
+        if let Some(s) = &self.smoother {
+            s.take_nrt(now);
+        }
+    }
+
     /// Polls the engine for datagrams, packing them back to back in `tx_buf` and grouping
     /// consecutive ones of one size to one destination into runs the datapath can send as
     /// one segmentation-offload transmit (the engine emits paced data packets of the same
@@ -565,11 +591,15 @@ impl IoLoop {
             if at + self.slot > self.tx_buf.len() {
                 return true;
             }
+            if !self.credit(now) {
+                return false;
+            }
             let Some(t) =
                 g.ep.poll_transmit(now, &mut self.tx_buf[at..at + self.slot])
             else {
                 return false;
             };
+            self.take_credit(now);
             count += 1;
             let extends = self.txs.last().is_some_and(|run| {
                 run.dst == t.dst
@@ -613,11 +643,15 @@ impl IoLoop {
             if at + self.slot > self.tx_buf.len() {
                 return true;
             }
+            if !self.credit(now) {
+                return false;
+            }
             let Some((t, payload)) =
                 g.ep.poll_transmit_gather(now, &mut self.tx_buf[at..at + self.slot])
             else {
                 return false;
             };
+            self.take_credit(now);
             bytes += t.len + payload.map_or(0, |p| p.len());
             self.gather.push((t.dst, at, t.len, payload));
             at += t.len;
@@ -726,6 +760,7 @@ impl IoLoop {
             // messages moved at 700,000 a second gathered (a fifth of the I/O thread in the
             // kernel's copy loop), PENDING copied.
             let gather = self.dp.gathers() && self.slot > GATHER_MIN_SLOT;
+            self.held = false;
             let full = if gather {
                 self.collect_gather(&mut g, now)
             } else {
@@ -761,6 +796,11 @@ impl IoLoop {
             let deadline = match (g.ep.poll_timeout(), self.dp.next_deadline()) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
+            };
+            // Held by the smoother: its next refresh brings credit.
+            let deadline = match (deadline, self.smoother.as_ref().filter(|_| self.held)) {
+                (d, Some(s)) => Some(d.map_or(s.next_refresh(), |d| d.min(s.next_refresh()))),
+                (d, None) => d,
             };
             timeout = if full {
                 Some(Duration::ZERO)

@@ -1,11 +1,13 @@
-//! Real-time fragments from arbitrary bytes into a small reassembler: each datagram is a
-//! length byte, a source byte, a time step byte and that many bytes. Nothing may panic, memory stays what construction took, a header that parses emits back
-//! to the same bytes, and every datagram ends counted exactly once.
+//! Real-time datagrams from arbitrary bytes into a small reassembler: each datagram is a
+//! length byte, a source byte, a time step byte and that many bytes, split into its units
+//! (bundled messages). Nothing may panic, the units cover the datagram exactly, memory stays
+//! what construction took, a header that parses emits back to the same bytes, and every unit
+//! ends counted exactly once.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use slipstream_proto::rt::header::{RtHeader, RT_HEADER_LEN};
+use slipstream_proto::rt::header::{units, RtHeader, RT_HEADER_LEN};
 use slipstream_proto::rt::reassembly::{Outcome, ReassemblyConfig, Reassembler};
 use std::time::{Duration, Instant};
 
@@ -20,25 +22,30 @@ fuzz_target!(|data: &[u8]| {
     let memory = r.memory();
     let mut now = Instant::now();
     let mut rest = data;
-    let mut datagrams = 0u64;
+    let mut units_seen = 0u64;
     let mut out = [0u8; RT_HEADER_LEN];
     while let [len, src, step, tail @ ..] = rest {
         let len = usize::from(*len).min(tail.len());
         let (d, next) = tail.split_at(len);
         rest = next;
         now += Duration::from_micros(u64::from(*step) * 100);
-        if let Ok((h, _)) = RtHeader::parse(d) {
-            h.emit(&mut out).expect("room for a header");
-            assert_eq!(&out[..], &d[..RT_HEADER_LEN]);
+        let mut covered = 0;
+        for u in units(d) {
+            covered += u.len();
+            if let Ok((h, _)) = RtHeader::parse(u) {
+                h.emit(&mut out).expect("room for a header");
+                assert_eq!(&out[..], &u[..RT_HEADER_LEN]);
+            }
+            units_seen += 1;
+            if let Ok(Outcome::Complete(slot)) = r.insert(now, u64::from(*src % 3), u) {
+                let (h, _, bytes) = r.message(slot).expect("a complete slot");
+                assert_eq!(bytes.len(), h.msg_len as usize);
+                r.release(slot);
+            }
+            assert_eq!(r.memory(), memory);
         }
-        datagrams += 1;
-        if let Ok(Outcome::Complete(slot)) = r.insert(now, u64::from(*src % 3), d) {
-            let (h, _, bytes) = r.message(slot).expect("a complete slot");
-            assert_eq!(bytes.len(), h.msg_len as usize);
-            r.release(slot);
-        }
-        assert_eq!(r.memory(), memory);
+        assert_eq!(covered, d.len());
     }
     let st = r.stats();
-    assert_eq!(st.whole + st.accepted + st.refused(), datagrams);
+    assert_eq!(st.whole + st.accepted + st.refused(), units_seen);
 });

@@ -18,7 +18,9 @@
 //!   says why ([`WouldBlock`]) and gives the buffer back.
 //! - Real-time messages leave at once (all their fragments, as GSO runs); if the kernel's
 //!   socket buffer is full they wait, first in line, and are tried again within 200 µs
-//!   (the real-time queue then fills and refuses). Non-real-time
+//!   (the real-time queue then fills and refuses). Small ones waiting together leave
+//!   bundled, several to a datagram; [`RtSocket::cork`] holds them on purpose, so that a
+//!   burst of small messages costs a few datagrams and one system call. Non-real-time
 //!   fragments leave as the smoother's credit allows and, when [`RtConfig::link_rate`] is
 //!   known, only while fewer than [`RtConfig::below_packets`] of them wait in the queues
 //!   below (the kernel's and the link's), so that a real-time packet never waits behind a
@@ -38,6 +40,8 @@
 
 mod recv;
 mod send;
+
+pub use crate::smoother::HostSmoother;
 
 pub use crate::sys::uring::pool::Buf;
 pub use slipstream_proto::rt::header::Class;
@@ -194,6 +198,8 @@ pub struct RtStats {
     /// Fragments handed to the kernel, by class.
     pub rt_fragments: u64,
     pub nrt_fragments: u64,
+    /// Datagrams that carried a bundle of small real-time messages (see [`RtSocket::cork`]).
+    pub rt_bundles: u64,
     /// Sends refused: queue full (by class) or too long.
     pub rt_refused: u64,
     pub nrt_refused: u64,
@@ -285,6 +291,26 @@ impl Clock {
 impl RtSocket {
     /// Opens a socket bound to `addr`, allocating everything it will use.
     pub fn open(addr: SocketAddr, cfg: RtConfig) -> io::Result<RtSocket> {
+        Self::open_inner(addr, cfg, None)
+    }
+
+    /// [`Self::open`] with the process's smoother in place of one of its own
+    /// ([`RtConfig::smoother`] is then not used): its real-time datagrams take credit from
+    /// it, its receivers' reports set its period, and everything else that answers to it
+    /// (other sockets, SRT endpoints) waits for credit.
+    pub fn open_with_smoother(
+        addr: SocketAddr,
+        cfg: RtConfig,
+        host: &HostSmoother,
+    ) -> io::Result<RtSocket> {
+        Self::open_inner(addr, cfg, Some(host.clone()))
+    }
+
+    fn open_inner(
+        addr: SocketAddr,
+        cfg: RtConfig,
+        host: Option<HostSmoother>,
+    ) -> io::Result<RtSocket> {
         let invalid = |m: &str| io::Error::new(io::ErrorKind::InvalidInput, m.to_string());
         if cfg.max_message == 0 || cfg.max_message > 16 << 20 {
             return Err(invalid("max_message must be 1 byte to 16 MiB"));
@@ -313,7 +339,7 @@ impl RtSocket {
             max_timeout: cfg.reassembly_timeout.max(Duration::from_secs(1)),
         };
         Ok(RtSocket {
-            tx: send::Sender::new(&cfg, frag_len, ip_udp, now),
+            tx: send::Sender::new(&cfg, host, frag_len, ip_udp, now),
             rx: recv::Receiver::new(&cfg, reasm, now),
             dp,
             cfg,
@@ -408,6 +434,23 @@ impl RtSocket {
         Ok(())
     }
 
+    /// Holds real-time messages from now on instead of sending each at once, so that a burst
+    /// of small ones leaves bundled: several whole messages (each at most
+    /// [`Self::fragment_len`] bytes) to a datagram, as few datagrams as fit, one system call.
+    /// They go at [`Self::uncork`], or as soon as the real-time queue is full (a corked send
+    /// is never refused for the cork). [`Self::poll`] does not send them. Deadlines and
+    /// one-way delays still count from each message's own send.
+    pub fn cork(&mut self) {
+        self.tx.set_cork(true);
+    }
+
+    /// Sends the real-time messages held since [`Self::cork`], bundled, and sends each at
+    /// once again from now on.
+    pub fn uncork(&mut self) {
+        self.tx.set_cork(false);
+        self.pump(Instant::now());
+    }
+
     /// When [`RtSocket::poll`] must be called next at the latest.
     pub fn next_timer(&self) -> Instant {
         self.tx.next_timer().min(self.rx.next_timer())
@@ -435,15 +478,19 @@ impl RtSocket {
                 continue;
             }
             let arrived = at.unwrap_or(wall.0);
-            delivered += self.rx.on_datagram(
-                src,
-                d,
-                arrived,
-                wall.1.wall_us(arrived),
-                tos == TOS_EF,
-                &mut self.stats,
-                &mut on_message,
-            );
+            let marked = tos == TOS_EF;
+            self.stats.marked_received += u64::from(marked);
+            for unit in slipstream_proto::rt::header::units(d) {
+                delivered += self.rx.on_datagram(
+                    src,
+                    unit,
+                    arrived,
+                    wall.1.wall_us(arrived),
+                    marked,
+                    &mut self.stats,
+                    &mut on_message,
+                );
+            }
         }
         let now = Instant::now();
         self.rx.expire(now, &mut self.stats);
@@ -468,10 +515,11 @@ impl RtSocket {
     pub fn stats(&self) -> RtStats {
         let mut s = self.stats;
         s.reassembly = self.rx.reassembly_stats();
-        if let Some(sm) = self.tx.smoother() {
-            s.smoother = sm.stats();
-            s.period_us = sm.period().as_micros() as u64;
-            s.credits = sm.credits();
+        if let Some(g) = self.tx.smoother() {
+            let (st, period, credits) = g.stats();
+            s.smoother = st;
+            s.period_us = period.as_micros() as u64;
+            s.credits = credits;
         }
         s.datapath = self.dp.stats();
         s

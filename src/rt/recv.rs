@@ -92,8 +92,9 @@ impl Receiver {
         self.next_report
     }
 
-    /// A datagram (not a report) arrived from `src` at `at` (wall clock `at_us`). Returns 1 if
-    /// it completed a message, which `on_message` got.
+    /// A unit of a datagram (not a report: a fragment, or one message of a bundle) arrived
+    /// from `src` at `at` (wall clock `at_us`). Returns 1 if it completed a message, which
+    /// `on_message` got.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn on_datagram(
         &mut self,
@@ -105,7 +106,6 @@ impl Receiver {
         stats: &mut RtStats,
         on_message: &mut impl FnMut(RtMessage<'_>),
     ) -> usize {
-        stats.marked_received += u64::from(marked);
         let k = key(src);
         // The classes number their messages apart: they are apart in reassembly too.
         let class_bit = u64::from(d.get(3).copied().unwrap_or(0) & 1) << 62;

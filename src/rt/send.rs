@@ -4,16 +4,19 @@
 
 use super::{Buf, Class, RtConfig, RtStats, SendError, WouldBlock};
 use crate::datapath::{Datapath, TxGather};
+use crate::smoother::HostSmoother;
 use crate::sys::mmsg::{Mark, Mmsg};
 use slipstream_proto::rt::header::{RtHeader, RT_HEADER_LEN};
 use slipstream_proto::rt::report::Report;
-use slipstream_proto::rt::smoother::Smoother;
+use slipstream_proto::rt::smoother::{Smoother, SmootherStats};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 /// Fragments handed to the kernel per call at most (their headers are built in place).
 const HDRS: usize = 256;
+/// Bundles of small real-time messages handed to the kernel per call at most.
+const BUNDLES: usize = 64;
 
 /// A message queued or being sent.
 #[derive(Debug)]
@@ -97,6 +100,65 @@ impl TxGather for Frags<'_> {
     }
 }
 
+/// Bundles built in the staging area: destination and byte range each.
+struct Bundles<'a> {
+    spans: &'a [(SocketAddr, usize, usize)],
+    area: &'a [u8],
+}
+
+impl TxGather for Bundles<'_> {
+    fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    fn get(&self, i: usize) -> (SocketAddr, &[u8], &[u8]) {
+        let (dst, start, end) = self.spans[i];
+        (dst, &self.area[start..end], &[])
+    }
+}
+
+/// The smoother a sender answers to: its own, or its process's.
+#[derive(Debug)]
+pub(super) enum Gate {
+    Own(Smoother),
+    Host(HostSmoother),
+}
+
+impl Gate {
+    /// `f` on the smoother, refreshed to `now`.
+    fn with<R>(&mut self, now: Instant, f: impl FnOnce(&mut Smoother) -> R) -> R {
+        match self {
+            Gate::Own(s) => {
+                s.handle_timeout(now);
+                f(s)
+            }
+            Gate::Host(h) => f(&mut h.lock(now)),
+        }
+    }
+
+    fn next_refresh(&self) -> Instant {
+        match self {
+            Gate::Own(s) => s.next_refresh(),
+            Gate::Host(h) => h.next_refresh(),
+        }
+    }
+
+    fn nrt_ready(&self) -> bool {
+        match self {
+            Gate::Own(s) => s.nrt_ready(),
+            Gate::Host(h) => h.nrt_ready(Instant::now()),
+        }
+    }
+
+    /// Counters, period and credits.
+    pub(super) fn stats(&self) -> (SmootherStats, Duration, i64) {
+        match self {
+            Gate::Own(s) => (s.stats(), s.period(), s.credits()),
+            Gate::Host(h) => h.stats(),
+        }
+    }
+}
+
 #[derive(Debug)]
 pub(super) struct Sender {
     frag_len: u16,
@@ -108,19 +170,30 @@ pub(super) struct Sender {
     rt_cap: usize,
     nrt_cap: usize,
     hdrs: Vec<[u8; RT_HEADER_LEN]>,
-    smoother: Option<Smoother>,
+    smoother: Option<Gate>,
     below: Option<Below>,
     peers: Vec<Peer>,
     peers_cap: usize,
     /// When a send last found the kernel's buffer full (cleared by the next pump).
     kernel_full: Option<Instant>,
+    /// Real-time messages are held (until uncorked, or until their queue is full).
+    corked: bool,
+    /// Where bundles are built (small messages are copied here once), and their spans.
+    area: Vec<u8>,
+    spans: Vec<(SocketAddr, usize, usize)>,
 }
 
 /// How long after the kernel's buffer was found full a send is tried again.
 const RETRY: Duration = Duration::from_micros(200);
 
 impl Sender {
-    pub(super) fn new(cfg: &RtConfig, frag_len: u16, ip_udp: usize, now: Instant) -> Sender {
+    pub(super) fn new(
+        cfg: &RtConfig,
+        host: Option<HostSmoother>,
+        frag_len: u16,
+        ip_udp: usize,
+        now: Instant,
+    ) -> Sender {
         let mut below = cfg.link_rate.map(|rate| Below {
             rate,
             packets: cfg.below_packets.max(1),
@@ -140,12 +213,22 @@ impl Sender {
             rt_cap: cfg.rt_queue,
             nrt_cap: cfg.nrt_queue,
             hdrs: vec![[0; RT_HEADER_LEN]; HDRS],
-            smoother: cfg.smoother.map(|c| Smoother::new(c, now)),
+            smoother: match host {
+                Some(h) => Some(Gate::Host(h)),
+                None => cfg.smoother.map(|c| Gate::Own(Smoother::new(c, now))),
+            },
             below,
             peers: Vec::with_capacity(cfg.peers),
             peers_cap: cfg.peers,
             kernel_full: None,
+            corked: false,
+            area: vec![0; BUNDLES * (usize::from(frag_len) + RT_HEADER_LEN)],
+            spans: Vec::with_capacity(BUNDLES),
         }
+    }
+
+    pub(super) fn set_cork(&mut self, corked: bool) {
+        self.corked = corked;
     }
 
     pub(super) fn frag_len(&self) -> u16 {
@@ -156,9 +239,11 @@ impl Sender {
         (self.rt.capacity() + self.nrt.capacity()) * std::mem::size_of::<Pending>()
             + self.hdrs.len() * RT_HEADER_LEN
             + self.peers.capacity() * std::mem::size_of::<Peer>()
+            + self.area.len()
+            + self.spans.capacity() * std::mem::size_of::<(SocketAddr, usize, usize)>()
     }
 
-    pub(super) fn smoother(&self) -> Option<&Smoother> {
+    pub(super) fn smoother(&self) -> Option<&Gate> {
         self.smoother.as_ref()
     }
 
@@ -262,14 +347,14 @@ impl Sender {
     /// deadline.
     pub(super) fn next_timer(&self) -> Instant {
         let far = Instant::now() + Duration::from_secs(3600);
-        let refresh = self.smoother.as_ref().map_or(far, |s| s.next_refresh());
+        let refresh = self.smoother.as_ref().map_or(far, |g| g.next_refresh());
         if let Some(t) = self.kernel_full {
             return refresh.min(t + RETRY);
         }
         if self.nrt.is_empty() {
             return refresh;
         }
-        let credit = self.smoother.as_ref().is_none_or(|s| s.nrt_ready());
+        let credit = self.smoother.as_ref().is_none_or(|g| g.nrt_ready());
         let room = match &self.below {
             Some(b) if credit => b.room_at(),
             _ => far,
@@ -292,11 +377,22 @@ impl Sender {
         rt_mark: Option<Mark>,
         stats: &mut RtStats,
     ) {
-        if let Some(s) = &mut self.smoother {
-            s.handle_timeout(now);
+        if let Some(g) = &mut self.smoother {
+            g.with(now, |_| ());
         }
         self.kernel_full = None;
-        while let Some(mut p) = self.rt.pop_front() {
+        let hold = self.corked && self.rt.len() < self.rt_cap;
+        while !hold && !self.rt.is_empty() {
+            if self.bundleable(0) && self.bundleable(1) {
+                if !self.send_bundles(now, dp, rt_mark, stats) {
+                    self.kernel_full = Some(now);
+                    return;
+                }
+                continue;
+            }
+            let Some(mut p) = self.rt.pop_front() else {
+                break;
+            };
             while p.done < p.total {
                 let n = (p.total - p.done).min(HDRS as u32);
                 if !self.send_fragments(&mut p, n, now, dp, rt_mark, stats) {
@@ -322,7 +418,9 @@ impl Sender {
                 .map_or(u32::MAX, |b| b.packets.saturating_sub(b.queued(now)));
             let want = (p.total - p.done).min(room).min(HDRS as u32);
             let n = match &mut self.smoother {
-                Some(s) => (0..want).take_while(|_| s.try_nrt()).count() as u32,
+                Some(g) => g.with(now, |s| {
+                    (0..want).take_while(|_| s.try_nrt()).count() as u32
+                }),
                 None => want,
             };
             let went = n == 0 || self.send_fragments(&mut p, n, now, dp, None, stats);
@@ -334,6 +432,110 @@ impl Sender {
                 break;
             }
         }
+    }
+
+    /// Whether the real-time message at `i` of the queue can go in a bundle: whole in one
+    /// fragment and not started.
+    fn bundleable(&self, i: usize) -> bool {
+        self.rt.get(i).is_some_and(|p| {
+            p.total == 1 && p.done == 0 && p.buf.len() <= usize::from(self.frag_len)
+        })
+    }
+
+    /// Sends the bundleable real-time messages at the front of the queue, several to a
+    /// datagram (consecutive ones to one destination, up to a fragment's size), at most
+    /// [`BUNDLES`] datagrams; false if the kernel took fewer (its buffer is full). Messages
+    /// not taken keep their place and their numbers.
+    fn send_bundles(
+        &mut self,
+        now: Instant,
+        dp: &mut Mmsg,
+        mark: Option<Mark>,
+        stats: &mut RtStats,
+    ) -> bool {
+        let cap = usize::from(self.frag_len) + RT_HEADER_LEN;
+        self.spans.clear();
+        // Messages in each bundle, to take them off the queue once sent.
+        let mut counts = [0u16; BUNDLES];
+        let mut last_hdr = 0;
+        let mut i = 0;
+        while self.bundleable(i) {
+            let (dst, len) = (self.rt[i].dst, self.rt[i].buf.len());
+            let unit = RT_HEADER_LEN + len;
+            let fits = self
+                .spans
+                .last()
+                .is_some_and(|&(d, start, end)| d == dst && end - start + unit <= cap);
+            if !fits {
+                if self.spans.len() == BUNDLES {
+                    break;
+                }
+                let at = match self.spans.last() {
+                    Some(prev) => {
+                        // The previous bundle is closed: its last message has no successor.
+                        self.area[last_hdr + 19] &= !1;
+                        prev.2
+                    }
+                    None => 0,
+                };
+                self.spans.push((dst, at, at));
+            }
+            if !self.rt[i].numbered {
+                let class = usize::from(self.rt[i].class == Class::Nrt);
+                let next = &mut self.peer(dst, now).next_id[class];
+                let id = *next;
+                *next = id.wrapping_add(1);
+                let p = &mut self.rt[i];
+                p.id = id;
+                p.numbered = true;
+            }
+            let p = &self.rt[i];
+            let k = self.spans.len() - 1;
+            let start = self.spans[k].2;
+            let hdr = RtHeader {
+                class: p.class,
+                msg_id: p.id,
+                msg_len: len as u32,
+                offset: 0,
+                frag_len: self.frag_len,
+                sent_us: p.sent_us,
+                deadline_us: p.deadline_us,
+                more: true,
+            };
+            hdr.emit(&mut self.area[start..]);
+            self.area[start + RT_HEADER_LEN..start + unit].copy_from_slice(p.buf.data());
+            last_hdr = start;
+            self.spans[k].2 = start + unit;
+            counts[k] += 1;
+            i += 1;
+        }
+        if !self.spans.is_empty() {
+            self.area[last_hdr + 19] &= !1;
+        }
+        dp.set_mark(mark);
+        let bundles = Bundles {
+            spans: &self.spans,
+            area: &self.area,
+        };
+        let n = self.spans.len();
+        let went = match dp.send_gather(&bundles) {
+            Ok(k) => k.min(n),
+            Err(_) => n,
+        };
+        for (&(_, start, end), &count) in self.spans[..went].iter().zip(&counts) {
+            if let Some(b) = &mut self.below {
+                b.account(now, end - start + self.ip_udp);
+            }
+            if let Some(g) = &mut self.smoother {
+                g.with(now, |s| s.take_rt());
+            }
+            for _ in 0..count {
+                self.rt.pop_front();
+                stats.rt_fragments += 1;
+            }
+        }
+        stats.rt_bundles += went as u64;
+        went == n
     }
 
     /// Sends the next `n` fragments of `p`; false if the kernel took fewer (its buffer is
@@ -364,6 +566,7 @@ impl Sender {
                 frag_len: self.frag_len,
                 sent_us: p.sent_us,
                 deadline_us: p.deadline_us,
+                more: false,
             };
             hdr.emit(h);
         }
@@ -391,8 +594,8 @@ impl Sender {
             }
             match p.class {
                 Class::Rt => {
-                    if let Some(s) = &mut self.smoother {
-                        s.take_rt();
+                    if let Some(g) = &mut self.smoother {
+                        g.with(now, |s| s.take_rt());
                     }
                     stats.rt_fragments += 1;
                 }
@@ -434,8 +637,8 @@ impl Sender {
         // Late non-real-time messages may have waited here, at the smoother: not a sign of
         // congestion.
         let lost = l.missing > 0 || l.expired > 0 || (self.late_is_loss && l.late_rt > 0);
-        if let Some(s) = &mut self.smoother {
-            s.on_report(lost);
+        if let Some(g) = &mut self.smoother {
+            g.with(Instant::now(), |s| s.on_report(lost));
         }
     }
 }

@@ -2,7 +2,7 @@
 //! non-real-time traffic, refusals, reports both ways, marking and hostile fragments.
 
 use super::*;
-use slipstream_proto::rt::header::RtHeader;
+use slipstream_proto::rt::header::{RtHeader, RT_HEADER_LEN};
 use slipstream_proto::rt::report::{Report, REPORT_LEN};
 use std::net::UdpSocket;
 
@@ -205,6 +205,7 @@ fn fragment(id: u32, msg_len: u32, offset: u32, frag_len: u16, payload: usize) -
         frag_len,
         sent_us: 0,
         deadline_us: 0,
+        more: false,
     }
     .emit(&mut d)
     .unwrap();
@@ -412,4 +413,139 @@ fn a_source_whose_only_message_never_completes_hears_of_it() {
     raw.send_to(&fragment(0, 1200, 0, 600, 600), dst).unwrap();
     let rep = report_until(&mut b, &raw, |_| true).expect("a report");
     assert_eq!((rep.delivered, rep.expired), (0, 1));
+}
+
+#[test]
+fn a_corked_burst_leaves_bundled_and_arrives_whole_in_order() {
+    let cfg = RtConfig {
+        buffers: 600,
+        rt_queue: 600,
+        smoother: None,
+        ..RtConfig::default()
+    };
+    let mut a = RtSocket::open(lo(), cfg).unwrap();
+    let mut b = RtSocket::open(lo(), cfg).unwrap();
+    let mut c = RtSocket::open(lo(), cfg).unwrap();
+    let (to_b, to_c) = (b.local_addr().unwrap(), c.local_addr().unwrap());
+    let f = a.fragment_len();
+    // Every small size, an empty message, one as long as a fragment, one longer (which
+    // cannot be bundled and splits the burst), to two destinations in runs.
+    let mut plan = Vec::new();
+    for i in 0..500usize {
+        let len = match i {
+            7 => 0,
+            100 => f,
+            250 => 3 * f + 5,
+            _ => (i * 37) % 200,
+        };
+        let dst = if (i / 50) % 2 == 0 { to_b } else { to_c };
+        plan.push((len, dst));
+    }
+    let sent_before = a.stats().datapath.sent;
+    a.cork();
+    for (i, &(len, dst)) in plan.iter().enumerate() {
+        send(&mut a, dst, len, i as u8, Class::Rt);
+    }
+    // Held: nothing leaves on a poll while corked.
+    a.poll(Duration::ZERO, |_| {}).unwrap();
+    assert_eq!(a.stats().datapath.sent, sent_before);
+    assert_eq!(a.queued().0, plan.len());
+    a.uncork();
+    assert_eq!(a.queued().0, 0);
+    let datagrams = a.stats().datapath.sent - sent_before;
+    assert!(
+        datagrams < plan.len() as u64 / 5,
+        "{datagrams} datagrams for {} small messages",
+        plan.len()
+    );
+    assert!(a.stats().rt_bundles > 0);
+    for (rx, dst) in [(&mut b, to_b), (&mut c, to_c)] {
+        let want: Vec<(usize, usize)> = plan
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.1 == dst)
+            .map(|(i, p)| (i, p.0))
+            .collect();
+        let mut got = Vec::new();
+        let end = Instant::now() + Duration::from_secs(5);
+        while got.len() < want.len() && Instant::now() < end {
+            rx.poll(Duration::from_millis(5), |m| {
+                got.push((m.id, m.data.to_vec()))
+            })
+            .unwrap();
+        }
+        assert_eq!(got.len(), want.len(), "messages to {dst}");
+        for (k, ((id, data), &(i, len))) in got.iter().zip(&want).enumerate() {
+            assert_eq!(*id, k as u32, "numbered in order");
+            assert!(
+                data.iter().copied().eq(pattern(len, i as u8)),
+                "message {i}"
+            );
+        }
+        assert_eq!(rx.stats().reassembly.refused(), 0);
+    }
+}
+
+#[test]
+fn a_corked_queue_that_fills_is_sent_not_refused() {
+    let cfg = RtConfig {
+        buffers: 64,
+        rt_queue: 16,
+        smoother: None,
+        ..RtConfig::default()
+    };
+    let mut a = RtSocket::open(lo(), cfg).unwrap();
+    let mut b = RtSocket::open(lo(), cfg).unwrap();
+    let dst = b.local_addr().unwrap();
+    a.cork();
+    for i in 0..40 {
+        send(&mut a, dst, 64, i, Class::Rt);
+    }
+    assert!(a.queued().0 < 16);
+    assert_eq!(a.stats().rt_refused, 0);
+    a.uncork();
+    let got = receive_all(&mut b, &mut a, 40);
+    assert_eq!(got.len(), 40);
+}
+
+#[test]
+fn bundles_that_lie_are_counted_and_the_honest_part_delivered() {
+    let mut b = RtSocket::open(lo(), RtConfig::default()).unwrap();
+    let memory = b.memory();
+    let dst = b.local_addr().unwrap();
+    let raw = UdpSocket::bind(lo()).unwrap();
+    let unit = |id: u32, msg_len: u32, payload: usize, more: bool| {
+        let mut d = vec![9; RT_HEADER_LEN + payload];
+        RtHeader {
+            class: Class::Rt,
+            msg_id: id,
+            msg_len,
+            offset: 0,
+            frag_len: 1400,
+            sent_us: 0,
+            deadline_us: 0,
+            more,
+        }
+        .emit(&mut d)
+        .unwrap();
+        d
+    };
+    // One honest message, then one that claims more than the datagram holds (the rest of a
+    // datagram is refused as one piece once a length in it lies).
+    let mut d = unit(0, 10, 10, true);
+    d.extend(unit(1, 5000, 20, true));
+    raw.send_to(&d, dst).unwrap();
+    // A bundled message longer than a fragment (refused), then an honest one.
+    let mut e = unit(2, 1500, 1500, true);
+    e.extend(unit(3, 10, 10, false));
+    raw.send_to(&e, dst).unwrap();
+    let mut got = Vec::new();
+    let end = Instant::now() + Duration::from_secs(3);
+    while b.stats().reassembly.refused() < 2 && Instant::now() < end {
+        b.poll(Duration::from_millis(5), |m| got.push(m.id))
+            .unwrap();
+    }
+    assert_eq!(got, [0, 3]);
+    assert_eq!(b.stats().reassembly.refused(), 2);
+    assert_eq!(b.memory(), memory);
 }

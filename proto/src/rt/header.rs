@@ -13,11 +13,16 @@
 //! |                          Message id                           |
 //! |                        Message length                         |
 //! |                            Offset                             |
-//! |     Nominal fragment length   |           Reserved (0)        |
+//! |     Nominal fragment length   |   Reserved (0)              |M|
 //! |                     Send time, µs (high)                      |
 //! |                     Send time, µs (low)                       |
 //! |                        Deadline, µs                           |
 //! ```
+//!
+//! M (more): this datagram is a bundle, and another message follows this one. A bundle
+//! carries several whole small messages (each one fragment: offset 0, length at most the
+//! nominal fragment length) back to back, header and payload each; every header but the
+//! last has M set, and its payload is exactly the message's length. [`units`] splits one.
 //!
 //! All fields are big-endian. The magic only tells a stray datagram apart; it does not make
 //! the format distinguishable from SRT (an SRT data packet may begin with the same bytes), so
@@ -67,6 +72,8 @@ pub enum HeaderError {
     Class,
     /// Reserved bits set.
     Reserved,
+    /// A bundled message (M set) that is not a whole message of one fragment.
+    Bundle,
     /// A nominal fragment length of 0 for a message that is not empty.
     FragLen,
     /// The payload does not sit where the header says: not on a fragment boundary, past
@@ -91,6 +98,35 @@ pub struct RtHeader {
     pub sent_us: u64,
     /// How long after `sent_us` the message is of use, µs (0: no deadline).
     pub deadline_us: u32,
+    /// Another bundled message follows this one in the datagram.
+    pub more: bool,
+}
+
+/// The flag bit of `more` in the reserved half-word.
+const MORE: u16 = 1;
+
+/// The units of a datagram: each message of a bundle, header and payload, for
+/// [`RtHeader::parse`] (a datagram that is no bundle is one unit). Splitting reads only the
+/// flag and the length of each header; a unit that claims more than is left is handed out
+/// whole, for the parser to refuse. Each unit is at least a header long, so a datagram has
+/// at most `len / 32 + 1` of them.
+pub fn units(datagram: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = Some(datagram);
+    std::iter::from_fn(move || {
+        let d = rest.take()?;
+        let bundled = d.len() >= RT_HEADER_LEN
+            && u16::from_be_bytes([d[18], d[19]]) & MORE != 0
+            && u16::from_be_bytes([d[0], d[1]]) == RT_MAGIC;
+        if bundled {
+            let len = u32::from_be_bytes([d[8], d[9], d[10], d[11]]) as usize;
+            let end = RT_HEADER_LEN.saturating_add(len);
+            if end < d.len() {
+                rest = Some(&d[end..]);
+                return Some(&d[..end]);
+            }
+        }
+        Some(d)
+    })
 }
 
 impl RtHeader {
@@ -129,7 +165,7 @@ impl RtHeader {
             return Err(HeaderError::Magic);
         }
         let class = Class::from_bits(h[3]).ok_or(HeaderError::Class)?;
-        if u16_at(18) != 0 {
+        if u16_at(18) & !MORE != 0 {
             return Err(HeaderError::Reserved);
         }
         let hdr = RtHeader {
@@ -140,7 +176,12 @@ impl RtHeader {
             frag_len: u16_at(16),
             sent_us: (u64::from(u32_at(20)) << 32) | u64::from(u32_at(24)),
             deadline_us: u32_at(28),
+            more: u16_at(18) & MORE != 0,
         };
+        let whole = hdr.offset == 0 && hdr.msg_len <= u32::from(hdr.frag_len);
+        if hdr.more && !whole {
+            return Err(HeaderError::Bundle);
+        }
         if hdr.frag_len == 0 && hdr.msg_len != 0 {
             return Err(HeaderError::FragLen);
         }
@@ -165,7 +206,7 @@ impl RtHeader {
         h[8..12].copy_from_slice(&self.msg_len.to_be_bytes());
         h[12..16].copy_from_slice(&self.offset.to_be_bytes());
         h[16..18].copy_from_slice(&self.frag_len.to_be_bytes());
-        h[18..20].copy_from_slice(&[0, 0]);
+        h[18..20].copy_from_slice(&(if self.more { MORE } else { 0 }).to_be_bytes());
         h[20..28].copy_from_slice(&self.sent_us.to_be_bytes());
         h[28..32].copy_from_slice(&self.deadline_us.to_be_bytes());
         Some(RT_HEADER_LEN)
@@ -191,6 +232,7 @@ mod tests {
             frag_len,
             sent_us: 0x0102_0304_0506_0708,
             deadline_us: 1500,
+            more: false,
         }
     }
 
@@ -237,10 +279,64 @@ mod tests {
         d[3] = 9;
         assert_eq!(RtHeader::parse(&d).map(|_| ()), Err(HeaderError::Class));
         d[3] = 0;
-        d[19] = 1;
+        d[19] = 2;
         assert_eq!(RtHeader::parse(&d).map(|_| ()), Err(HeaderError::Reserved));
         d[19] = 0;
         d[2] = 2;
         assert_eq!(RtHeader::parse(&d).map(|_| ()), Err(HeaderError::Magic));
+    }
+
+    #[test]
+    fn a_bundle_splits_into_its_messages() {
+        let mut d = Vec::new();
+        for (i, len) in [64usize, 0, 100].into_iter().enumerate() {
+            let mut h = hdr(len as u32, 1400, 0);
+            h.msg_id = i as u32;
+            h.more = i < 2;
+            d.extend_from_slice(&datagram(&h, len));
+        }
+        let got: Vec<(u32, usize, bool)> = units(&d)
+            .map(|u| {
+                RtHeader::parse(u)
+                    .map(|(h, p)| (h.msg_id, p.len(), h.more))
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(got, [(0, 64, true), (1, 0, true), (2, 100, false)]);
+        // Not a bundle: one unit, the whole datagram.
+        let plain = datagram(&hdr(3000, 1400, 1400), 1400);
+        assert_eq!(units(&plain).collect::<Vec<_>>(), [&plain[..]]);
+    }
+
+    #[test]
+    fn bundles_that_lie_are_refused() {
+        // M set on a fragment of a longer message.
+        let mut h = hdr(3000, 1400, 0);
+        h.more = true;
+        let d = datagram(&h, 1400);
+        assert_eq!(
+            RtHeader::parse(units(&d).next().unwrap()).map(|_| ()),
+            Err(HeaderError::Bundle)
+        );
+        // A bundled length past the datagram's end: the rest is one unit, refused.
+        let mut h = hdr(1000, 1400, 0);
+        h.more = true;
+        let d = datagram(&h, 10);
+        let u: Vec<&[u8]> = units(&d).collect();
+        assert_eq!(u.len(), 1);
+        assert_eq!(
+            RtHeader::parse(u[0]).map(|_| ()),
+            Err(HeaderError::Placement)
+        );
+        // M set on the last unit with nothing after it: parsed as the last message.
+        let mut h = hdr(10, 1400, 0);
+        h.more = true;
+        let d = datagram(&h, 10);
+        assert!(RtHeader::parse(units(&d).next().unwrap()).is_ok());
+        // Garbage after headers of empty messages: bounded by the datagram.
+        let mut h = hdr(0, 1400, 0);
+        h.more = true;
+        let d: Vec<u8> = (0..100).flat_map(|_| datagram(&h, 0)).collect();
+        assert_eq!(units(&d).count(), 100);
     }
 }

@@ -182,6 +182,7 @@ impl Reassembler {
                 frag_len: 0,
                 sent_us: 0,
                 deadline_us: 0,
+                more: false,
             },
             first_at: None,
             expires: None,
@@ -410,6 +411,7 @@ mod tests {
                     frag_len,
                     sent_us: 5,
                     deadline_us,
+                    more: false,
                 };
                 let mut d = vec![0; RT_HEADER_LEN + len];
                 h.emit(&mut d).unwrap();

@@ -142,6 +142,20 @@ impl Smoother {
         }
     }
 
+    /// A non-real-time packet is kept waiting: its sender found no credit
+    /// ([`Self::nrt_ready`] said no). Counted as a refused [`Self::try_nrt`] is.
+    pub fn note_held(&mut self) {
+        self.stats.nrt_held += 1;
+    }
+
+    /// A non-real-time packet left without asking (its sender had checked
+    /// [`Self::nrt_ready`], and another took the credit in between): it takes its credit all
+    /// the same.
+    pub fn take_nrt(&mut self) {
+        self.credits -= 1;
+        self.stats.nrt += 1;
+    }
+
     /// A receiver's report: `lost` if it saw loss (gaps or deadline misses) since its last.
     pub fn on_report(&mut self, lost: bool) {
         self.loss |= lost;
