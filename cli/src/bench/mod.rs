@@ -8,6 +8,8 @@
 //!   and emulated paths, side by side ([`transfer`]).
 //! - `bench live`: a paced live stream relayed by `slipstream live` and `srt-live-transmit`
 //!   (SRT live mode) over loopback and an emulated path: delivery, latency, CPU ([`live`]).
+//! - `bench small`: 64-byte real-time messages against Aeron: rate and tail latency
+//!   ([`small`]).
 //! - `bench conns`: N connections between two processes over loopback: set-up rate, memory
 //!   and idle CPU per connection, aggregate throughput and fairness under load ([`conns`]).
 
@@ -18,6 +20,7 @@ pub mod live;
 pub mod netem;
 pub use slipstream::netem::netns;
 pub mod rtpp;
+pub mod small;
 pub mod table;
 pub mod table4;
 pub mod transfer;
@@ -59,6 +62,11 @@ pub enum BenchCmd {
     /// the round trip) and streaming bandwidth from 1 B to 65,000 B, the real-time path against
     /// plain sendto/recvfrom, over veth or the link emulator at 100 Mbit/s or 1 Gbit/s.
     Rtpp(rtpp::RtppArgs),
+    /// Small real-time messages (64 B by default) against Aeron (Java, embedded media driver,
+    /// fetched from Maven Central) in the same run: message rate, and latency from the
+    /// intended send time at paced rates (p50/p99/p99.9/max); Aeron's own EmbeddedThroughput
+    /// and EmbeddedPingPong samples too. With --json the last stdout line is JSON.
+    Small(small::SmallArgs),
     /// The listening process of `bench conns` (started by it).
     #[command(hide = true)]
     ConnsServer(conns::PeerArgs),
@@ -179,6 +187,7 @@ pub fn run(cmd: BenchCmd) -> Result<(), String> {
         BenchCmd::Conns(a) => conns::run(&a),
         BenchCmd::Table4(a) => table4::run(&a),
         BenchCmd::Rtpp(a) => rtpp::run(&a),
+        BenchCmd::Small(a) => small::run(&a),
         BenchCmd::ConnsServer(a) => conns::run_server(&a),
         BenchCmd::ConnsClient(a) => conns::run_client(&a),
     }
