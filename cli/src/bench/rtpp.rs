@@ -28,6 +28,10 @@ pub struct RtppArgs {
     /// Message sizes, bytes (default: powers of two from 1 to 32 KiB, and 65,000).
     #[arg(long, value_delimiter = ',')]
     pub sizes: Option<Vec<usize>>,
+    /// NetPIPE's perturbation: each size also measured 3 bytes below and above (sizes that
+    /// would fall outside 1..=65,000, or on 3, are left out).
+    #[arg(long)]
+    pub perturb: bool,
     /// Ping-pongs per size.
     #[arg(long, default_value_t = 500)]
     pub iters: usize,
@@ -71,6 +75,18 @@ pub fn run(a: &RtppArgs) -> Result<(), String> {
         v.push(MAX);
         v
     });
+    let sizes: Vec<usize> = if a.perturb {
+        let mut v: Vec<usize> = sizes
+            .iter()
+            .flat_map(|&s| [s.wrapping_sub(3), s, s + 3])
+            .filter(|&s| (1..=MAX).contains(&s) && s != END.len())
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    } else {
+        sizes
+    };
     if let Some(&s) = sizes.iter().find(|&&s| s == 0 || s == END.len() || s > MAX) {
         return Err(format!("--sizes: {s} is not measured (1 to {MAX}, not 3)"));
     }
