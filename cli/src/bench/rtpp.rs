@@ -28,6 +28,11 @@ pub struct RtppArgs {
     /// Message sizes, bytes (default: powers of two from 1 to 32 KiB, and 65,000).
     #[arg(long, value_delimiter = ',')]
     pub sizes: Option<Vec<usize>>,
+    /// Where the threads run: `same` (client and servers on CPU 0: each ping-pong measures
+    /// the software path, not a sleeping vCPU's wake-up), `apart` (client on CPU 0, servers
+    /// on CPU 1), `none` (the scheduler decides).
+    #[arg(long, default_value = "same", value_parser = ["same", "apart", "none"])]
+    pub pin: String,
     /// NetPIPE's perturbation: each size also measured 3 bytes below and above (sizes that
     /// would fall outside 1..=65,000, or on 3, are left out).
     #[arg(long)]
@@ -63,6 +68,9 @@ pub struct Row {
     /// Payload delivered, Mbit/s.
     pub rt_mbps: f64,
     pub plain_mbps: f64,
+    /// Pings that got no answer within 1 s (not in the latencies).
+    pub rt_lost: usize,
+    pub plain_lost: usize,
 }
 
 /// Runs `bench rtpp`.
@@ -95,8 +103,13 @@ pub fn run(a: &RtppArgs) -> Result<(), String> {
         let (ns, addrs, _guard) = setup(path)?;
         eprintln!("rtpp: {path}");
         let stop = Arc::new(AtomicBool::new(false));
-        let servers = serve(&ns.1, addrs.1, stop.clone())?;
-        let r = measure(a, path, &sizes, &ns.0, addrs, &mut rows);
+        let (client_cpu, server_cpu) = match a.pin.as_str() {
+            "same" => (Some(0), Some(0)),
+            "apart" => (Some(0), Some(1)),
+            _ => (None, None),
+        };
+        let servers = serve(&ns.1, addrs.1, stop.clone(), server_cpu)?;
+        let r = measure(a, path, &sizes, &ns.0, addrs, client_cpu, &mut rows);
         stop.store(true, Ordering::Relaxed);
         for s in servers {
             let _ = s.join();
@@ -191,11 +204,20 @@ fn rt_config() -> RtConfig {
     }
 }
 
-/// The four servers in namespace `ns`, until `stop`.
+/// Keeps the calling thread on `cpu` (if any).
+fn pin(cpu: Option<usize>) -> Result<(), String> {
+    let Some(cpu) = cpu else { return Ok(()) };
+    let mut set = rustix::thread::CpuSet::new();
+    set.set(cpu);
+    rustix::thread::sched_setaffinity(None, &set).map_err(|e| format!("pinning to CPU {cpu}: {e}"))
+}
+
+/// The four servers in namespace `ns` (on `cpu`, if any), until `stop`.
 fn serve(
     ns: &str,
     addr: Ipv4Addr,
     stop: Arc<AtomicBool>,
+    cpu: Option<usize>,
 ) -> Result<Vec<std::thread::JoinHandle<()>>, String> {
     let mut out = Vec::new();
     for (k, port) in PORTS.into_iter().enumerate() {
@@ -205,6 +227,10 @@ fn serve(
         out.push(std::thread::spawn(move || {
             if let Err(e) = netns::enter(&ns) {
                 let _ = tx.send(Err(e.to_string()));
+                return;
+            }
+            if let Err(e) = pin(cpu) {
+                let _ = tx.send(Err(e));
                 return;
             }
             if k % 2 == 0 {
@@ -319,12 +345,14 @@ fn measure(
     sizes: &[usize],
     ns: &str,
     addrs: (Ipv4Addr, Ipv4Addr),
+    cpu: Option<usize>,
     rows: &mut Vec<Row>,
 ) -> Result<(), String> {
     let (ns, sizes, iters, stream) = (ns.to_string(), sizes.to_vec(), a.iters, a.stream_bytes);
     let path = path.to_string();
     let got = std::thread::spawn(move || -> Result<Vec<Row>, String> {
         netns::enter(&ns).map_err(|e| e.to_string())?;
+        pin(cpu)?;
         let mut rt = RtSocket::open(SocketAddr::from((addrs.0, 0)), rt_config())
             .map_err(|e| e.to_string())?;
         let plain = UdpSocket::bind(SocketAddr::from((addrs.0, 0))).map_err(|e| e.to_string())?;
@@ -334,14 +362,28 @@ fn measure(
         let dst = |k: usize| SocketAddr::from((addrs.1, PORTS[k]));
         let mut out = Vec::new();
         for &size in &sizes {
-            let (rt_p50, rt_p99) = rt_pingpong(&mut rt, dst(0), size, iters)?;
-            let (pl_p50, pl_p99) = plain_pingpong(&plain, dst(1), size, iters)?;
+            // In blocks of 50, the paths taking turns: both see the same machine.
+            let (mut rt_half, mut pl_half) = (Vec::new(), Vec::new());
+            let (mut rt_lost, mut plain_lost) = (0, 0);
+            let mut left = iters;
+            while left > 0 {
+                let n = left.min(50);
+                rt_pingpong(&mut rt, dst(0), size, n, &mut rt_half, &mut rt_lost)?;
+                plain_pingpong(&plain, dst(1), size, n, &mut pl_half, &mut plain_lost)?;
+                left -= n;
+            }
+            if rt_half.is_empty() || pl_half.is_empty() {
+                return Err(format!("{path} {size} B: no ping-pong came back"));
+            }
+            let (rt_p50, rt_p99) = (quantile(&mut rt_half, 0.5), quantile(&mut rt_half, 0.99));
+            let (pl_p50, pl_p99) = (quantile(&mut pl_half, 0.5), quantile(&mut pl_half, 0.99));
             let count = (stream / size).clamp(100, 50_000);
             let rt_mbps = rt_stream(&mut rt, dst(2), size, count)?;
             let plain_mbps = plain_stream(&plain, dst(3), size, count)?;
             eprintln!(
                 "rtpp: {path} {size} B: RT {rt_p50:.1}/{rt_p99:.1} us {rt_mbps:.1} Mbit/s, \
-                 plain {pl_p50:.1}/{pl_p99:.1} us {plain_mbps:.1} Mbit/s"
+                 plain {pl_p50:.1}/{pl_p99:.1} us {plain_mbps:.1} Mbit/s \
+                 (pings lost: RT {rt_lost}, plain {plain_lost})"
             );
             out.push(Row {
                 path: path.clone(),
@@ -352,6 +394,8 @@ fn measure(
                 plain_p99_us: pl_p99,
                 rt_mbps,
                 plain_mbps,
+                rt_lost,
+                plain_lost,
             });
         }
         Ok(out)
@@ -390,55 +434,85 @@ fn rt_send(
     Ok(())
 }
 
+/// `iters` real-time ping-pongs after 10 not recorded; half round trips, µs, added to `half`.
 fn rt_pingpong(
     sock: &mut RtSocket,
     dst: SocketAddr,
     size: usize,
     iters: usize,
-) -> Result<(f64, f64), String> {
-    let mut half = Vec::with_capacity(iters);
+    half: &mut Vec<f64>,
+    lost: &mut usize,
+) -> Result<(), String> {
     for i in 0..iters + 10 {
+        // A tag (from 4 bytes on), so that a late answer to a lost ping is not taken for
+        // this one's.
+        let tag = next_tag();
         let t = Instant::now();
-        rt_send(sock, dst, None, size)?;
+        rt_send(sock, dst, Some(&tag[..size.min(4)]), size)?;
         let mut back = false;
         while !back {
             if t.elapsed() > Duration::from_secs(1) {
-                return Err(format!("real-time ping of {size} B got no answer"));
+                break;
             }
-            sock.poll(Duration::from_millis(100), |m| back |= m.data.len() == size)
-                .map_err(|e| e.to_string())?;
+            sock.poll(Duration::from_millis(100), |m| {
+                back |= m.data.len() == size && m.data[..size.min(4)] == tag[..size.min(4)]
+            })
+            .map_err(|e| e.to_string())?;
         }
-        if i >= 10 {
+        if !back {
+            *lost += 1;
+        } else if i >= 10 {
             half.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
         }
     }
-    Ok((quantile(&mut half, 0.5), quantile(&mut half, 0.99)))
+    Ok(())
 }
 
+/// The same over plain blocking sockets (a read timeout of 1 s).
 fn plain_pingpong(
     sock: &UdpSocket,
     dst: SocketAddr,
     size: usize,
     iters: usize,
-) -> Result<(f64, f64), String> {
-    let msg = vec![0x5au8; size];
+    half: &mut Vec<f64>,
+    lost: &mut usize,
+) -> Result<(), String> {
+    let mut msg = vec![0x5au8; size];
     let mut buf = vec![0u8; 65_536];
-    let mut half = Vec::with_capacity(iters);
     for i in 0..iters + 10 {
+        let tag = next_tag();
+        let k = size.min(4);
+        msg[..k].copy_from_slice(&tag[..k]);
         let t = Instant::now();
         sock.send_to(&msg, dst).map_err(|e| e.to_string())?;
-        loop {
+        let back = loop {
             match sock.recv_from(&mut buf) {
-                Ok((n, _)) if n == size => break,
+                Ok((n, _)) if n == size && buf[..k] == tag[..k] => break true,
                 Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    break false
+                }
                 Err(e) => return Err(format!("plain ping of {size} B: {e}")),
             }
-        }
-        if i >= 10 {
+        };
+        if !back {
+            *lost += 1;
+        } else if i >= 10 {
             half.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
         }
     }
-    Ok((quantile(&mut half, 0.5), quantile(&mut half, 0.99)))
+    Ok(())
+}
+
+/// A fresh ping tag.
+fn next_tag() -> [u8; 4] {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed).to_le_bytes()
 }
 
 /// Payload the sink counted over its time from the first message to the last, Mbit/s.
