@@ -39,6 +39,9 @@ use std::time::{Duration, Instant};
 
 /// Most datagrams sent per loop iteration.
 const TX_DATAGRAMS: usize = 256;
+/// IPv4 and UDP headers, added to a datagram's payload for its time on the smoother's link
+/// (IPv6 has 20 bytes more: counted short).
+const UDP_IP_HEADERS: usize = 28;
 /// Datagrams per split receive (see [`Split`]): with 64 KiB payloads, 4 MiB of buffers.
 const SPLIT_MSGS: usize = 64;
 /// Most payload bytes per gather send: it runs under the lock (see [`IoLoop::gather`]), and
@@ -561,8 +564,8 @@ impl Coalescer {
 }
 
 impl IoLoop {
-    /// Whether the smoother (if any) has credit for one more datagram now; if not, the loop
-    /// comes back at its next refresh.
+    /// Whether the smoother (if any) has credit, and its link room, for one more datagram
+    /// now; if not, the loop comes back when it may ([`HostSmoother::next_wake`]).
     fn credit(&mut self, now: Instant) -> bool {
         let ok = self
             .smoother
@@ -572,10 +575,11 @@ impl IoLoop {
         ok
     }
 
-    /// A datagram was taken from the engine: its credit.
-    fn take_credit(&self, now: Instant) {
+    /// A datagram of `len` bytes of UDP payload was taken from the engine: its credit and
+    /// its time on the link below.
+    fn take_credit(&self, now: Instant, len: usize) {
         if let Some(s) = &self.smoother {
-            s.take_nrt(now);
+            s.take_nrt(now, len + UDP_IP_HEADERS);
         }
     }
 
@@ -599,7 +603,7 @@ impl IoLoop {
             else {
                 return false;
             };
-            self.take_credit(now);
+            self.take_credit(now, t.len);
             count += 1;
             let extends = self.txs.last().is_some_and(|run| {
                 run.dst == t.dst
@@ -651,8 +655,9 @@ impl IoLoop {
             else {
                 return false;
             };
-            self.take_credit(now);
-            bytes += t.len + payload.map_or(0, |p| p.len());
+            let len = t.len + payload.map_or(0, |p| p.len());
+            self.take_credit(now, len);
+            bytes += len;
             self.gather.push((t.dst, at, t.len, payload));
             at += t.len;
         }
@@ -799,7 +804,7 @@ impl IoLoop {
             };
             // Held by the smoother: its next refresh brings credit.
             let deadline = match (deadline, self.smoother.as_ref().filter(|_| self.held)) {
-                (d, Some(s)) => Some(d.map_or(s.next_refresh(), |d| d.min(s.next_refresh()))),
+                (d, Some(s)) => Some(d.map_or(s.next_wake(), |d| d.min(s.next_wake()))),
                 (d, None) => d,
             };
             timeout = if full {

@@ -109,3 +109,30 @@ fn real_time_datagrams_take_the_shared_credit_and_their_losses_lengthen_its_peri
     // The receiver's report of loss lengthened the period of the process's smoother.
     assert!(host.stats().1 > rp, "period {:?}", host.stats().1);
 }
+
+#[test]
+fn with_the_links_rate_an_endpoint_hands_the_kernel_no_more_than_the_link_drains() {
+    // Credit is plentiful (10,000 a millisecond); the link below, 200 Mbit/s with at most
+    // two full datagrams waiting, is what holds the endpoint back. 4 MiB then needs at least
+    // 4 MiB × 8 / 200 Mbit/s = 168 ms whatever the loopback's own speed.
+    let cfg = SmootherConfig {
+        depth: 10_000,
+        rp0: Duration::from_millis(1),
+        rp_min: Duration::from_millis(1),
+        rp_max: Duration::from_millis(1),
+        ..SmootherConfig::default()
+    };
+    let rate = 200_000_000;
+    let host = HostSmoother::with_link(cfg, rate, 2);
+    let mut opts = EndpointOptions::default();
+    opts.set_smoother(Some(host.clone()));
+    let len = 4 << 20;
+    let took = transfer_with(opts, len);
+    let floor = Duration::from_secs_f64(len as f64 * 8.0 / rate as f64);
+    assert!(
+        took >= floor,
+        "{len} bytes in {took:?}, under the link's {floor:?}"
+    );
+    let (st, _, _) = host.stats();
+    assert!(st.nrt_held > 0, "{st:?}");
+}

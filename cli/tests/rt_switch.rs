@@ -304,3 +304,39 @@ fn latency_and_bandwidth_bench_runs_both_paths_at_every_size() {
     }
     assert!(!netns_list().contains("ssd"), "the veth pair is gone");
 }
+
+#[test]
+fn real_time_beside_bulk_srt_bench_runs_without_and_with_the_process_smoother() {
+    if !root_test("real_time_beside_bulk_srt_bench_runs_without_and_with_the_process_smoother") {
+        return;
+    }
+    let _serial = serial();
+    let out = slipstream(&["bench", "rtmix", "--seconds", "3", "--json"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    let runs: serde_json::Value =
+        serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap();
+    let runs = runs.as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    for r in runs {
+        let (sent, got) = (
+            r["rt_sent"].as_u64().unwrap(),
+            r["rt_received"].as_u64().unwrap(),
+        );
+        assert!(sent >= 2500 && got <= sent, "{r}");
+        assert!(r["rt_late"].as_u64().unwrap() <= got, "{r}");
+        assert!(r["bulk_mbps"].as_f64().unwrap() > 1.0, "{r}");
+    }
+    let (off, on) = (&runs[0], &runs[1]);
+    assert_eq!(off["held"], 0, "{off}");
+    assert!(
+        on["held"].as_u64().unwrap() > 0,
+        "the smoother never held the bulk transfer: {on}"
+    );
+    // Without the smoother the bulk transfer's queue is ahead of every real-time message.
+    assert!(
+        on["rt_p50_us"].as_f64().unwrap() < off["rt_p50_us"].as_f64().unwrap(),
+        "{off}\n{on}"
+    );
+    assert!(!netns_list().contains("rtmix"), "the emulator is gone");
+}

@@ -4,7 +4,7 @@
 
 use super::{Buf, Class, RtConfig, RtStats, SendError, WouldBlock};
 use crate::datapath::{Datapath, TxGather};
-use crate::smoother::HostSmoother;
+use crate::smoother::{HostSmoother, LinkModel};
 use crate::sys::mmsg::{Mark, Mmsg};
 use slipstream_proto::rt::header::{RtHeader, RT_HEADER_LEN};
 use slipstream_proto::rt::report::Report;
@@ -46,37 +46,6 @@ struct Peer {
     next_id: [u32; 2],
     used: Instant,
     report: Option<Report>,
-}
-
-/// The link below the socket, modelled: when it will have sent everything handed to it.
-#[derive(Debug, Clone, Copy)]
-struct Below {
-    rate: u64,
-    packets: u32,
-    free_at: Instant,
-    /// Time of one full datagram on the link.
-    full: Duration,
-}
-
-impl Below {
-    fn time(&self, ip_bytes: usize) -> Duration {
-        Duration::from_nanos((ip_bytes as u64 * 8_000_000_000) / self.rate.max(1))
-    }
-
-    /// Full datagrams still queued below at `now`.
-    fn queued(&self, now: Instant) -> u32 {
-        let backlog = self.free_at.saturating_duration_since(now);
-        backlog.as_nanos().div_ceil(self.full.as_nanos().max(1)) as u32
-    }
-
-    /// When one more non-real-time datagram may go.
-    fn room_at(&self) -> Instant {
-        self.free_at - self.full * self.packets.saturating_sub(1)
-    }
-
-    fn account(&mut self, now: Instant, ip_bytes: usize) {
-        self.free_at = self.free_at.max(now) + self.time(ip_bytes);
-    }
 }
 
 /// The fragments `first..first + n` of a message, as the kernel gathers them.
@@ -171,7 +140,9 @@ pub(super) struct Sender {
     nrt_cap: usize,
     hdrs: Vec<[u8; RT_HEADER_LEN]>,
     smoother: Option<Gate>,
-    below: Option<Below>,
+    /// The link below, modelled, if its rate is known (with the process's smoother, the
+    /// process's model: see [`Sender::room`]).
+    below: Option<LinkModel>,
     peers: Vec<Peer>,
     peers_cap: usize,
     /// When a send last found the kernel's buffer full (cleared by the next pump).
@@ -194,15 +165,13 @@ impl Sender {
         ip_udp: usize,
         now: Instant,
     ) -> Sender {
-        let mut below = cfg.link_rate.map(|rate| Below {
-            rate,
-            packets: cfg.below_packets.max(1),
-            free_at: now,
-            full: Duration::ZERO,
-        });
-        if let Some(b) = &mut below {
-            b.full = b.time(usize::from(frag_len) + RT_HEADER_LEN + ip_udp);
-        }
+        let full = usize::from(frag_len) + RT_HEADER_LEN + ip_udp;
+        let below = match host {
+            Some(_) => None,
+            None => cfg
+                .link_rate
+                .map(|rate| LinkModel::new(rate, cfg.below_packets, full, now)),
+        };
         Sender {
             frag_len,
             ip_udp,
@@ -355,8 +324,8 @@ impl Sender {
             return refresh;
         }
         let credit = self.smoother.as_ref().is_none_or(|g| g.nrt_ready());
-        let room = match &self.below {
-            Some(b) if credit => b.room_at(),
+        let room = match self.room_at() {
+            Some(t) if credit => t,
             _ => far,
         };
         let expiry = self
@@ -412,10 +381,7 @@ impl Sender {
             stats.nrt_expired += 1;
         }
         while let Some(mut p) = self.nrt.pop_front() {
-            let room = self
-                .below
-                .as_ref()
-                .map_or(u32::MAX, |b| b.packets.saturating_sub(b.queued(now)));
+            let room = self.room(now);
             let want = (p.total - p.done).min(room).min(HDRS as u32);
             let n = match &mut self.smoother {
                 Some(g) => g.with(now, |s| {
@@ -431,6 +397,25 @@ impl Sender {
                 }
                 break;
             }
+        }
+    }
+
+    /// Non-real-time datagrams that may go to the link below now (the process's model with
+    /// the process's smoother, else this socket's; unbounded without one).
+    fn room(&self, now: Instant) -> u32 {
+        match (&self.smoother, &self.below) {
+            (Some(Gate::Host(h)), _) => h.room(now),
+            (_, Some(b)) => b.room(now),
+            _ => u32::MAX,
+        }
+    }
+
+    /// When the link below has room for one more non-real-time datagram, if it is modelled.
+    fn room_at(&self) -> Option<Instant> {
+        match (&self.smoother, &self.below) {
+            (Some(Gate::Host(h)), _) => h.room_at(),
+            (_, Some(b)) => Some(b.room_at()),
+            _ => None,
         }
     }
 
@@ -523,9 +508,12 @@ impl Sender {
             Err(_) => n,
         };
         for (&(_, start, end), &count) in self.spans[..went].iter().zip(&counts) {
-            if let Some(b) = &mut self.below {
-                b.account(now, end - start + self.ip_udp);
-            }
+            account(
+                &self.smoother,
+                &mut self.below,
+                now,
+                end - start + self.ip_udp,
+            );
             if let Some(g) = &mut self.smoother {
                 g.with(now, |s| s.take_rt());
             }
@@ -589,9 +577,7 @@ impl Sender {
         for i in 0..went {
             let (_, h, payload) = frags.get(i);
             let bytes = h.len() + payload.len() + self.ip_udp;
-            if let Some(b) = &mut self.below {
-                b.account(now, bytes);
-            }
+            account(&self.smoother, &mut self.below, now, bytes);
             match p.class {
                 Class::Rt => {
                     if let Some(g) = &mut self.smoother {
@@ -640,5 +626,15 @@ impl Sender {
         if let Some(g) = &mut self.smoother {
             g.with(Instant::now(), |s| s.on_report(lost));
         }
+    }
+}
+
+/// A datagram of `ip_bytes` went to the link below: the process's model with the process's
+/// smoother, else the socket's.
+fn account(smoother: &Option<Gate>, below: &mut Option<LinkModel>, now: Instant, ip_bytes: usize) {
+    match (smoother, below) {
+        (Some(Gate::Host(h)), _) => h.account(now, ip_bytes),
+        (_, Some(b)) => b.account(now, ip_bytes),
+        _ => {}
     }
 }

@@ -19,6 +19,7 @@ pub mod live;
 #[cfg(target_os = "linux")]
 pub mod netem;
 pub use slipstream::netem::netns;
+pub mod rtmix;
 pub mod rtpp;
 pub mod small;
 pub mod table;
@@ -67,6 +68,10 @@ pub enum BenchCmd {
     /// intended send time at paced rates (p50/p99/p99.9/max); Aeron's own EmbeddedThroughput
     /// and EmbeddedPingPong samples too. With --json the last stdout line is JSON.
     Small(small::SmallArgs),
+    /// Real-time messages beside a bulk SRT transfer from the same process through one
+    /// emulated link, without and with the process's smoother (needs root): one-way delay,
+    /// deadline misses and the bulk rate. With --json the last stdout line is JSON.
+    Rtmix(rtmix::RtmixArgs),
     /// The listening process of `bench conns` (started by it).
     #[command(hide = true)]
     ConnsServer(conns::PeerArgs),
@@ -188,6 +193,7 @@ pub fn run(cmd: BenchCmd) -> Result<(), String> {
         BenchCmd::Table4(a) => table4::run(&a),
         BenchCmd::Rtpp(a) => rtpp::run(&a),
         BenchCmd::Small(a) => small::run(&a),
+        BenchCmd::Rtmix(a) => rtmix::run(&a),
         BenchCmd::ConnsServer(a) => conns::run_server(&a),
         BenchCmd::ConnsClient(a) => conns::run_client(&a),
     }

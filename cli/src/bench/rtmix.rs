@@ -1,0 +1,255 @@
+//! `slipstream bench rtmix`: real-time messages beside a bulk SRT transfer from the same
+//! process, through one emulated link, without and with the process's smoother
+//! ([`HostSmoother`]): the real-time messages' one-way delay and deadline misses, and what
+//! the bulk transfer moved. Without the smoother the bulk transfer fills the link's queue and
+//! every real-time message waits behind it; with it (credit and the link's rate known) the
+//! transfer hands the kernel only what the link drains.
+
+use clap::Args;
+use serde::Serialize;
+use slipstream::datapath::Impairment;
+use slipstream::netem::{self, netns};
+use slipstream::rt::{Class, HostSmoother, RtConfig, RtSocket, SmootherConfig};
+use slipstream::{ConnConfig, Endpoint, EndpointOptions, Mode};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Options of `bench rtmix`.
+#[derive(Debug, Args)]
+pub struct RtmixArgs {
+    /// The link's rate, Mbit/s.
+    #[arg(long, default_value_t = 100)]
+    pub mbit: u64,
+    /// The link's queue, bytes (drop-tail).
+    #[arg(long, default_value = "1m")]
+    pub queue: String,
+    /// Seconds of traffic per run.
+    #[arg(long, default_value_t = 10.0)]
+    pub seconds: f64,
+    /// Real-time messages a second (256 bytes each).
+    #[arg(long, default_value_t = 1000)]
+    pub rt_rate: u64,
+    /// Real-time deadline, ms.
+    #[arg(long, default_value_t = 5.0)]
+    pub deadline_ms: f64,
+    /// Print a JSON summary as the last line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Run {
+    pub smoother: bool,
+    pub rt_sent: u64,
+    pub rt_received: u64,
+    pub rt_late: u64,
+    pub rt_p50_us: f64,
+    pub rt_p99_us: f64,
+    pub rt_max_us: f64,
+    pub bulk_mbps: f64,
+    /// Datagrams the smoother held (with it).
+    pub held: u64,
+}
+
+const RT_PORT: u16 = 7951;
+const SRT_PORT: u16 = 7952;
+const RT_SIZE: usize = 256;
+
+/// Runs `bench rtmix`.
+pub fn run(a: &RtmixArgs) -> Result<(), String> {
+    if !netns::is_root() {
+        return Err("bench rtmix needs root: it runs over the link emulator".into());
+    }
+    if a.mbit == 0 || a.rt_rate == 0 || a.seconds <= 0.0 || a.deadline_ms <= 0.0 {
+        return Err("--mbit, --rt-rate, --seconds and --deadline-ms must be positive".into());
+    }
+    let name = format!("rtmix{}", std::process::id());
+    let imp = Impairment::parse(&format!("rate={}mbit,queue={}", a.mbit, a.queue))?;
+    let spec = netem::Spec {
+        ab: imp.clone(),
+        ba: imp,
+        mtu: 1500,
+    };
+    let exe = std::env::current_exe().map_err(|e| format!("finding slipstream: {e}"))?;
+    let info = netem::up(&name, &spec, &exe)?;
+    let guard = Down(name);
+    let ns = (info.a.netns.clone(), info.b.netns.clone());
+    let mut runs = Vec::new();
+    for with in [false, true] {
+        eprintln!(
+            "rtmix: {} the smoother, {} s over {} Mbit/s",
+            if with { "with" } else { "without" },
+            a.seconds,
+            a.mbit
+        );
+        let r = one(a, &ns, info.b.addr, with)?;
+        eprintln!(
+            "rtmix:   RT {} of {} received, {} late; one-way p50 {:.0} p99 {:.0} max {:.0} us; bulk {:.1} Mbit/s; held {}",
+            r.rt_received, r.rt_sent, r.rt_late, r.rt_p50_us, r.rt_p99_us, r.rt_max_us, r.bulk_mbps, r.held
+        );
+        runs.push(r);
+    }
+    drop(guard);
+    println!("| smoother | RT received of sent | RT late | one-way p50 / p99 / max us | bulk Mbit/s |\n|---|---:|---:|---|---:|");
+    for r in &runs {
+        println!(
+            "| {} | {} of {} | {} | {:.0} / {:.0} / {:.0} | {:.1} |",
+            if r.smoother { "on" } else { "off" },
+            r.rt_received,
+            r.rt_sent,
+            r.rt_late,
+            r.rt_p50_us,
+            r.rt_p99_us,
+            r.rt_max_us,
+            r.bulk_mbps
+        );
+    }
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string(&runs).map_err(|e| e.to_string())?
+        );
+    }
+    Ok(())
+}
+
+/// Takes the emulator down when dropped.
+struct Down(String);
+
+impl Drop for Down {
+    fn drop(&mut self) {
+        if let Err(e) = netem::down(&self.0) {
+            eprintln!("warning: removing emulator {}: {e}", self.0);
+        }
+    }
+}
+
+fn one(a: &RtmixArgs, ns: &(String, String), b: Ipv4Addr, with: bool) -> Result<Run, String> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let secs = a.seconds;
+    // Receivers in namespace b: the real-time sink and the SRT listener.
+    let (nsb, stop_b) = (ns.1.clone(), stop.clone());
+    let rt_rx = std::thread::spawn(move || -> Result<(Vec<u64>, u64), String> {
+        netns::enter(&nsb).map_err(|e| e.to_string())?;
+        let mut s = RtSocket::open(SocketAddr::from((b, RT_PORT)), RtConfig::default())
+            .map_err(|e| e.to_string())?;
+        let mut lat = Vec::new();
+        let mut late = 0;
+        let end = Instant::now() + Duration::from_secs_f64(secs + 10.0);
+        while !stop_b.load(Ordering::Relaxed) && Instant::now() < end {
+            s.poll(Duration::from_millis(5), |m| {
+                lat.push(m.one_way.as_micros() as u64);
+                late += u64::from(m.late);
+            })
+            .map_err(|e| e.to_string())?;
+        }
+        Ok((lat, late))
+    });
+    let nsb = ns.1.clone();
+    let srt_rx = std::thread::spawn(move || -> Result<(u64, Duration), String> {
+        netns::enter(&nsb).map_err(|e| e.to_string())?;
+        let ep = Endpoint::bind(SocketAddr::from((b, SRT_PORT)), EndpointOptions::default())
+            .map_err(|e| e.to_string())?;
+        ep.listen(ConnConfig::new(Mode::File))
+            .map_err(|e| e.to_string())?;
+        let c = ep
+            .accept_timeout(Duration::from_secs(10))
+            .map_err(|e| e.to_string())?;
+        let mut buf = vec![0u8; 1 << 20];
+        let mut got = 0u64;
+        let start = Instant::now();
+        loop {
+            match c.recv(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => got += n as u64,
+                Err(_) => break,
+            }
+        }
+        Ok((got, start.elapsed()))
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    // Senders in namespace a, one process: the smoother (if any) shared.
+    let rate = a.mbit * 1_000_000;
+    let host = with.then(|| {
+        // Credit for the link's rate in full datagrams per refresh; the paper's period.
+        let rp = Duration::from_millis(10);
+        let depth = ((rate as f64 * rp.as_secs_f64()) / (1500.0 * 8.0)).ceil() as u32;
+        let cfg = SmootherConfig {
+            depth: depth.max(1),
+            ..SmootherConfig::default()
+        };
+        HostSmoother::with_link(cfg, rate, 2)
+    });
+    let (nsa, h2) = (ns.0.clone(), host.clone());
+    let rt_count = (a.rt_rate as f64 * secs) as u64;
+    let (rt_rate, deadline) = (a.rt_rate, Duration::from_secs_f64(a.deadline_ms / 1e3));
+    let rt_tx = std::thread::spawn(move || -> Result<u64, String> {
+        netns::enter(&nsa).map_err(|e| e.to_string())?;
+        let any = SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0));
+        let mut s = match &h2 {
+            Some(h) => RtSocket::open_with_smoother(any, RtConfig::default(), h),
+            None => RtSocket::open(any, RtConfig::default()),
+        }
+        .map_err(|e| e.to_string())?;
+        let dst = SocketAddr::from((b, RT_PORT));
+        let t0 = Instant::now() + Duration::from_millis(200);
+        let mut sent = 0;
+        for i in 0..rt_count {
+            let at = t0 + Duration::from_secs_f64(i as f64 / rt_rate as f64);
+            while Instant::now() < at {
+                let wait = at.saturating_duration_since(Instant::now());
+                s.poll(wait, |_| {}).map_err(|e| e.to_string())?;
+            }
+            let Some(buf) = s.claim() else { continue };
+            if s.send_at(buf, RT_SIZE, dst, Class::Rt, Some(deadline), at)
+                .is_ok()
+            {
+                sent += 1;
+            }
+        }
+        Ok(sent)
+    });
+    let (nsa, h3) = (ns.0.clone(), host.clone());
+    let srt_tx = std::thread::spawn(move || -> Result<(), String> {
+        netns::enter(&nsa).map_err(|e| e.to_string())?;
+        let mut opts = EndpointOptions::default();
+        opts.set_smoother(h3);
+        let ep = Endpoint::bind(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)), opts)
+            .map_err(|e| e.to_string())?;
+        let c = ep
+            .connect(SocketAddr::from((b, SRT_PORT)), ConnConfig::new(Mode::File))
+            .map_err(|e| e.to_string())?;
+        let chunk = vec![0x42u8; 1 << 16];
+        let end = Instant::now() + Duration::from_secs_f64(secs + 0.2);
+        while Instant::now() < end {
+            c.send(&chunk).map_err(|e| e.to_string())?;
+        }
+        c.close().map_err(|e| e.to_string())?;
+        Ok(())
+    });
+    let rt_sent = rt_tx.join().map_err(|_| "real-time sender panicked")??;
+    srt_tx.join().map_err(|_| "SRT sender panicked")??;
+    let (bytes, took) = srt_rx.join().map_err(|_| "SRT receiver panicked")??;
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, Ordering::Relaxed);
+    let (mut lat, late) = rt_rx.join().map_err(|_| "real-time receiver panicked")??;
+    lat.sort_unstable();
+    let q = |p: f64| {
+        lat.get(((lat.len() as f64 - 1.0) * p).round() as usize)
+            .map_or(0.0, |&v| v as f64)
+    };
+    Ok(Run {
+        smoother: with,
+        rt_sent,
+        rt_received: lat.len() as u64,
+        rt_late: late,
+        rt_p50_us: q(0.5),
+        rt_p99_us: q(0.99),
+        rt_max_us: lat.last().map_or(0.0, |&v| v as f64),
+        bulk_mbps: bytes as f64 * 8.0 / took.as_secs_f64().max(1e-9) / 1e6,
+        held: host.map_or(0, |h| h.stats().0.nrt_held),
+    })
+}
