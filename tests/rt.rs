@@ -84,7 +84,9 @@ impl Drop for Relay {
 }
 
 /// Message sizes the run cycles through: one datagram, a few, a GSO run and more.
-const SIZES: [usize; 6] = [64, 1000, 1441, 5000, 30_000, 64 << 10];
+// Real-time messages (every third) take the sizes at 0 and 3: both fit one fragment, so a
+// corked burst bundles them.
+const SIZES: [usize; 6] = [64, 5000, 30_000, 1000, 1441, 64 << 10];
 
 fn run(drop_every: u64, count_allocs: bool) {
     let cfg = RtConfig {
@@ -131,6 +133,13 @@ fn run(drop_every: u64, count_allocs: bool) {
         }
         let len = SIZES[(id as usize) % SIZES.len()];
         let class = if id % 3 == 0 { Class::Rt } else { Class::Nrt };
+        // Without loss, bursts of 12 are corked: their small real-time messages leave
+        // bundled (with loss, one lost bundle would lose several messages, which the
+        // accounting below does not expect).
+        let cork = drop_every == 0;
+        if cork && id % 12 == 0 {
+            tx.cork();
+        }
         let mut buf = loop {
             if let Some(b) = tx.claim() {
                 break b;
@@ -149,8 +158,12 @@ fn run(drop_every: u64, count_allocs: bool) {
                 }
             }
         }
+        if cork && id % 12 == 11 {
+            tx.uncork();
+        }
         step(&mut tx, &mut rx, &mut delivered, &mut bad);
     }
+    tx.uncork();
     let end = Instant::now() + Duration::from_secs(5);
     while tx.queued() != (0, 0) && Instant::now() < end {
         step(&mut tx, &mut rx, &mut delivered, &mut bad);
@@ -170,10 +183,14 @@ fn run(drop_every: u64, count_allocs: bool) {
     let lost = u64::from(total) - delivered;
     if drop_every == 0 {
         assert_eq!(lost, 0, "no loss, everything arrives: {r:?}");
+        assert!(t.rt_bundles > 0, "corked bursts left bundled: {t:?}");
     } else {
         assert!(dropped > 0 && lost > 0, "the relay dropped {dropped}");
+        // Real-time messages that waited together for a full kernel buffer leave bundled:
+        // then one lost datagram may carry several (at most 22 of these sizes).
+        let per = if t.rt_bundles > 0 { 22 } else { 1 };
         assert!(
-            lost <= dropped,
+            lost <= dropped * per,
             "one lost datagram loses one message at most: {lost} lost, {dropped} dropped, {t:?} {r:?}"
         );
         // What the sender heard: every message not delivered was reported missing, except
