@@ -75,7 +75,7 @@ pub fn run(a: &RtmixArgs) -> Result<(), String> {
     };
     let exe = std::env::current_exe().map_err(|e| format!("finding slipstream: {e}"))?;
     let info = netem::up(&name, &spec, &exe)?;
-    let guard = Down(name);
+    let guard = super::rtpp::Guard::Netem(name);
     let ns = (info.a.netns.clone(), info.b.netns.clone());
     let mut runs = Vec::new();
     for with in [false, true] {
@@ -114,17 +114,6 @@ pub fn run(a: &RtmixArgs) -> Result<(), String> {
         );
     }
     Ok(())
-}
-
-/// Takes the emulator down when dropped.
-struct Down(String);
-
-impl Drop for Down {
-    fn drop(&mut self) {
-        if let Err(e) = netem::down(&self.0) {
-            eprintln!("warning: removing emulator {}: {e}", self.0);
-        }
-    }
 }
 
 fn one(a: &RtmixArgs, ns: &(String, String), b: Ipv4Addr, with: bool) -> Result<Run, String> {

@@ -141,8 +141,8 @@ pub fn run(a: &RtppArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// Whatever keeps a path up until dropped.
-enum Guard {
+/// Whatever keeps a path up until dropped (the emulator: taken down).
+pub(crate) enum Guard {
     Veth(#[allow(dead_code)] netns::VethPair),
     Netem(String),
 }

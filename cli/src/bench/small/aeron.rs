@@ -178,16 +178,7 @@ impl Aeron {
             idle,
         ];
         let limit = Duration::from_secs_f64(seconds + 60.0);
-        let v = self.harness(&args, limit)?;
-        Ok(Paced {
-            rate,
-            sent: num(&v, "sent")? as u64,
-            received: num(&v, "received")? as u64,
-            p50_us: num(&v, "p50_us")?,
-            p99_us: num(&v, "p99_us")?,
-            p999_us: num(&v, "p999_us")?,
-            max_us: num(&v, "max_us")?,
-        })
+        latencies(&self.harness(&args, limit)?, rate)
     }
 
     /// The harness's round trips (times in `Paced`'s fields, `rate` 0).
@@ -205,16 +196,7 @@ impl Aeron {
             threading,
             idle,
         ];
-        let v = self.harness(&args, Duration::from_secs(300))?;
-        Ok(Paced {
-            rate: 0,
-            sent: num(&v, "sent")? as u64,
-            received: num(&v, "received")? as u64,
-            p50_us: num(&v, "p50_us")?,
-            p99_us: num(&v, "p99_us")?,
-            p999_us: num(&v, "p999_us")?,
-            max_us: num(&v, "max_us")?,
-        })
+        latencies(&self.harness(&args, Duration::from_secs(300))?, 0)
     }
 
     fn harness(&self, args: &[&str], limit: Duration) -> Result<serde_json::Value, String> {
@@ -334,6 +316,19 @@ fn read_until(
         }
     };
     result.map(|()| lines)
+}
+
+/// A paced or ping-pong line of the harness.
+fn latencies(v: &serde_json::Value, rate: u64) -> Result<Paced, String> {
+    Ok(Paced {
+        rate,
+        sent: num(v, "sent")? as u64,
+        received: num(v, "received")? as u64,
+        p50_us: num(v, "p50_us")?,
+        p99_us: num(v, "p99_us")?,
+        p999_us: num(v, "p999_us")?,
+        max_us: num(v, "max_us")?,
+    })
 }
 
 fn num(v: &serde_json::Value, key: &str) -> Result<f64, String> {
