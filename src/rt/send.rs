@@ -112,10 +112,11 @@ impl Gate {
         }
     }
 
+    /// Whether credit is there (room below is asked apart: [`Sender::room`]).
     fn nrt_ready(&self) -> bool {
         match self {
             Gate::Own(s) => s.nrt_ready(),
-            Gate::Host(h) => h.nrt_ready(Instant::now()),
+            Gate::Host(h) => h.lock(Instant::now()).nrt_ready(),
         }
     }
 
