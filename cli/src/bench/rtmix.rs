@@ -50,8 +50,10 @@ pub struct Run {
     pub rt_p99_us: f64,
     pub rt_max_us: f64,
     pub bulk_mbps: f64,
-    /// Datagrams the smoother held (with it).
+    /// Times the smoother found no credit or room for the bulk transfer (with it).
     pub held: u64,
+    /// Late real-time messages by second of the run.
+    pub late_by_second: Vec<u64>,
 }
 
 const RT_PORT: u16 = 7951;
@@ -121,21 +123,28 @@ fn one(a: &RtmixArgs, ns: &(String, String), b: Ipv4Addr, with: bool) -> Result<
     let secs = a.seconds;
     // Receivers in namespace b: the real-time sink and the SRT listener.
     let (nsb, stop_b) = (ns.1.clone(), stop.clone());
-    let rt_rx = std::thread::spawn(move || -> Result<(Vec<u64>, u64), String> {
+    let per_sec = a.rt_rate;
+    let rt_rx = std::thread::spawn(move || -> Result<(Vec<u64>, u64, Vec<u64>), String> {
         netns::enter(&nsb).map_err(|e| e.to_string())?;
         let mut s = RtSocket::open(SocketAddr::from((b, RT_PORT)), RtConfig::default())
             .map_err(|e| e.to_string())?;
         let mut lat = Vec::new();
         let mut late = 0;
+        // Late messages by second of the run (message numbers count from 0 at its start).
+        let mut by_sec = vec![0u64; secs.ceil() as usize + 1];
         let end = Instant::now() + Duration::from_secs_f64(secs + 10.0);
         while !stop_b.load(Ordering::Relaxed) && Instant::now() < end {
             s.poll(Duration::from_millis(5), |m| {
                 lat.push(m.one_way.as_micros() as u64);
                 late += u64::from(m.late);
+                if m.late {
+                    let k = ((u64::from(m.id) / per_sec) as usize).min(by_sec.len() - 1);
+                    by_sec[k] += 1;
+                }
             })
             .map_err(|e| e.to_string())?;
         }
-        Ok((lat, late))
+        Ok((lat, late, by_sec))
     });
     let nsb = ns.1.clone();
     let srt_rx = std::thread::spawn(move || -> Result<(u64, Duration), String> {
@@ -224,7 +233,8 @@ fn one(a: &RtmixArgs, ns: &(String, String), b: Ipv4Addr, with: bool) -> Result<
     let (bytes, took) = srt_rx.join().map_err(|_| "SRT receiver panicked")??;
     std::thread::sleep(Duration::from_millis(500));
     stop.store(true, Ordering::Relaxed);
-    let (mut lat, late) = rt_rx.join().map_err(|_| "real-time receiver panicked")??;
+    let (mut lat, late, late_by_second) =
+        rt_rx.join().map_err(|_| "real-time receiver panicked")??;
     lat.sort_unstable();
     let q = |p: f64| {
         lat.get(((lat.len() as f64 - 1.0) * p).round() as usize)
@@ -240,5 +250,6 @@ fn one(a: &RtmixArgs, ns: &(String, String), b: Ipv4Addr, with: bool) -> Result<
         rt_max_us: lat.last().map_or(0.0, |&v| v as f64),
         bulk_mbps: bytes as f64 * 8.0 / took.as_secs_f64().max(1e-9) / 1e6,
         held: host.map_or(0, |h| h.stats().0.nrt_held),
+        late_by_second,
     })
 }
