@@ -54,6 +54,11 @@ pub struct Run {
     pub held: u64,
     /// Late real-time messages by second of the run.
     pub late_by_second: Vec<u64>,
+    /// How far behind its schedule the real-time sender ran at most, µs, and how many of
+    /// its messages it sent 1 ms or more late (their lateness is the sender's, not the
+    /// network's).
+    pub sender_lag_max_us: u64,
+    pub sender_lagged_1ms: u64,
 }
 
 const RT_PORT: u16 = 7951;
@@ -184,7 +189,7 @@ fn one(a: &RtmixArgs, ns: &(String, String), b: Ipv4Addr, with: bool) -> Result<
     let (nsa, h2) = (ns.0.clone(), host.clone());
     let rt_count = (a.rt_rate as f64 * secs) as u64;
     let (rt_rate, deadline) = (a.rt_rate, Duration::from_secs_f64(a.deadline_ms / 1e3));
-    let rt_tx = std::thread::spawn(move || -> Result<u64, String> {
+    let rt_tx = std::thread::spawn(move || -> Result<(u64, u64, u64), String> {
         netns::enter(&nsa).map_err(|e| e.to_string())?;
         let any = SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0));
         let mut s = match &h2 {
@@ -195,6 +200,8 @@ fn one(a: &RtmixArgs, ns: &(String, String), b: Ipv4Addr, with: bool) -> Result<
         let dst = SocketAddr::from((b, RT_PORT));
         let t0 = Instant::now() + Duration::from_millis(200);
         let mut sent = 0;
+        // How far behind its schedule the sender ran: the most, and sends 1 ms or more late.
+        let (mut lag_max, mut lagged) = (Duration::ZERO, 0u64);
         for i in 0..rt_count {
             let at = t0 + Duration::from_secs_f64(i as f64 / rt_rate as f64);
             while Instant::now() < at {
@@ -202,13 +209,16 @@ fn one(a: &RtmixArgs, ns: &(String, String), b: Ipv4Addr, with: bool) -> Result<
                 s.poll(wait, |_| {}).map_err(|e| e.to_string())?;
             }
             let Some(buf) = s.claim() else { continue };
+            let lag = Instant::now().saturating_duration_since(at);
+            lag_max = lag_max.max(lag);
+            lagged += u64::from(lag >= Duration::from_millis(1));
             if s.send_at(buf, RT_SIZE, dst, Class::Rt, Some(deadline), at)
                 .is_ok()
             {
                 sent += 1;
             }
         }
-        Ok(sent)
+        Ok((sent, lag_max.as_micros() as u64, lagged))
     });
     let (nsa, h3) = (ns.0.clone(), host.clone());
     let srt_tx = std::thread::spawn(move || -> Result<(), String> {
@@ -228,7 +238,7 @@ fn one(a: &RtmixArgs, ns: &(String, String), b: Ipv4Addr, with: bool) -> Result<
         c.close().map_err(|e| e.to_string())?;
         Ok(())
     });
-    let rt_sent = rt_tx.join().map_err(|_| "real-time sender panicked")??;
+    let (rt_sent, lag_max_us, lagged) = rt_tx.join().map_err(|_| "real-time sender panicked")??;
     srt_tx.join().map_err(|_| "SRT sender panicked")??;
     let (bytes, took) = srt_rx.join().map_err(|_| "SRT receiver panicked")??;
     std::thread::sleep(Duration::from_millis(500));
@@ -251,5 +261,7 @@ fn one(a: &RtmixArgs, ns: &(String, String), b: Ipv4Addr, with: bool) -> Result<
         bulk_mbps: bytes as f64 * 8.0 / took.as_secs_f64().max(1e-9) / 1e6,
         held: host.map_or(0, |h| h.stats().0.nrt_held),
         late_by_second,
+        sender_lag_max_us: lag_max_us,
+        sender_lagged_1ms: lagged,
     })
 }
