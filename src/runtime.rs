@@ -446,7 +446,8 @@ struct IoLoop {
     drain_until: Option<Instant>,
     /// The process's smoother: every datagram takes a credit (see [`HostSmoother`]).
     smoother: Option<HostSmoother>,
-    /// The last collection stopped for want of credit: come back at the next refresh.
+    /// The last collection stopped for want of credit or link room: come back when the
+    /// smoother says ([`HostSmoother::next_wake`]), and do not take the engine for drained.
     held: bool,
 }
 
@@ -780,7 +781,9 @@ impl IoLoop {
                 };
                 self.dp.send_gather(&batch)?;
             }
-            if !full && !g.to_remove.is_empty() {
+            // Held by the smoother, the engine may still have datagrams to send.
+            let drained = !full && !self.held;
+            if drained && !g.to_remove.is_empty() {
                 // Every pending datagram (a closing shutdown) has been polled: forget them.
                 let st = &mut *g;
                 for id in st.to_remove.drain(..) {
@@ -792,7 +795,7 @@ impl IoLoop {
                 // Connections removed above.
                 self.follow_split(&mut g.ep);
             }
-            let done = g.shutdown && g.handles == 0 && g.ep.is_empty() && !full;
+            let done = g.shutdown && g.handles == 0 && g.ep.is_empty() && drained;
             let exit = done
                 && (self.dp.next_deadline().is_none()
                     || *self.drain_until.get_or_insert(now + DRAIN_LIMIT) <= now);

@@ -153,3 +153,42 @@ fn a_held_endpoint_still_recovers_losses_and_finishes_verified() {
     let (st, _, _) = host.stats();
     assert!(st.nrt_held > 0 && st.nrt >= 256, "{st:?}");
 }
+
+#[test]
+fn a_connection_closed_while_held_still_tells_its_peer() {
+    // One credit every 300 ms, spent by the handshake and the first data: the shutdown
+    // packet of a close waits for credit, and must still go before the connection is
+    // forgotten, so the peer learns of the close, not of silence (its idle timeout is 5 s).
+    let host = smoother(1, Duration::from_millis(300), false);
+    let server_ep = Endpoint::bind(lo(), EndpointOptions::default()).unwrap();
+    server_ep.listen(ConnConfig::new(Mode::Message)).unwrap();
+    let mut opts = EndpointOptions::default();
+    opts.set_smoother(Some(host.clone()));
+    let client_ep = Endpoint::bind(lo(), opts).unwrap();
+    let client = client_ep
+        .connect(server_ep.local_addr(), ConnConfig::new(Mode::Message))
+        .unwrap();
+    let server = server_ep.accept_timeout(Duration::from_secs(10)).unwrap();
+    client.send_message(b"last words").unwrap();
+    let mut buf = [0u8; 64];
+    let n = server
+        .recv_message_timeout(&mut buf, Duration::from_secs(10))
+        .unwrap();
+    assert_eq!(&buf[..n], b"last words");
+    let start = Instant::now();
+    client.close().unwrap();
+    drop(client);
+    // The peer sees the shutdown (the end of its messages, or an error other than its idle
+    // timeout), well before its idle timeout of 5 s.
+    let r = server.recv_message_timeout(&mut buf, Duration::from_secs(8));
+    let took = start.elapsed();
+    let closed = match &r {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => e.kind() != std::io::ErrorKind::TimedOut,
+    };
+    assert!(
+        closed && took < Duration::from_secs(4),
+        "the peer learnt of the close as {r:?} after {took:?}"
+    );
+}
