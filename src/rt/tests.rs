@@ -212,18 +212,25 @@ fn fragment(id: u32, msg_len: u32, offset: u32, frag_len: u16, payload: usize) -
     d
 }
 
-#[test]
-fn a_receiver_reports_missing_messages_and_incomplete_ones_to_their_sender() {
+/// A receiver that reports every 2 ms and gives up on incomplete messages after 10 ms, its
+/// address, and a raw socket to play its source.
+fn reporting_receiver() -> (RtSocket, SocketAddr, UdpSocket) {
     let cfg = RtConfig {
         report_interval: Duration::from_millis(2),
         reassembly_timeout: Duration::from_millis(10),
         ..RtConfig::default()
     };
-    let mut b = RtSocket::open(lo(), cfg).unwrap();
+    let b = RtSocket::open(lo(), cfg).unwrap();
     let dst = b.local_addr().unwrap();
     let raw = UdpSocket::bind(lo()).unwrap();
     raw.set_read_timeout(Some(Duration::from_millis(10)))
         .unwrap();
+    (b, dst, raw)
+}
+
+#[test]
+fn a_receiver_reports_missing_messages_and_incomplete_ones_to_their_sender() {
+    let (mut b, dst, raw) = reporting_receiver();
     // Messages 0 and 3 whole, 1 and 2 never: 2 missing; message 4 half, never finished.
     raw.send_to(&fragment(0, 10, 0, 10, 10), dst).unwrap();
     raw.send_to(&fragment(3, 10, 0, 10, 10), dst).unwrap();
@@ -400,16 +407,7 @@ fn a_full_kernel_buffer_keeps_real_time_messages_queued_then_sends_them_whole() 
 
 #[test]
 fn a_source_whose_only_message_never_completes_hears_of_it() {
-    let cfg = RtConfig {
-        report_interval: Duration::from_millis(2),
-        reassembly_timeout: Duration::from_millis(10),
-        ..RtConfig::default()
-    };
-    let mut b = RtSocket::open(lo(), cfg).unwrap();
-    let dst = b.local_addr().unwrap();
-    let raw = UdpSocket::bind(lo()).unwrap();
-    raw.set_read_timeout(Some(Duration::from_millis(10)))
-        .unwrap();
+    let (mut b, dst, raw) = reporting_receiver();
     raw.send_to(&fragment(0, 1200, 0, 600, 600), dst).unwrap();
     let rep = report_until(&mut b, &raw, |_| true).expect("a report");
     assert_eq!((rep.delivered, rep.expired), (0, 1));

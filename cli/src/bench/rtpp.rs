@@ -459,11 +459,7 @@ fn rt_pingpong(
             })
             .map_err(|e| e.to_string())?;
         }
-        if !back {
-            *lost += 1;
-        } else if i >= 10 {
-            half.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
-        }
+        record(back, i, t, half, lost);
     }
     Ok(())
 }
@@ -500,13 +496,18 @@ fn plain_pingpong(
                 Err(e) => return Err(format!("plain ping of {size} B: {e}")),
             }
         };
-        if !back {
-            *lost += 1;
-        } else if i >= 10 {
-            half.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
-        }
+        record(back, i, t, half, lost);
     }
     Ok(())
+}
+
+/// One ping's outcome: lost, or (past the first 10) half its round trip, µs.
+fn record(back: bool, i: usize, sent: Instant, half: &mut Vec<f64>, lost: &mut usize) {
+    if !back {
+        *lost += 1;
+    } else if i >= 10 {
+        half.push(sent.elapsed().as_secs_f64() * 1e6 / 2.0);
+    }
 }
 
 /// A fresh ping tag.

@@ -43,7 +43,10 @@ struct Run {
 
 impl Drop for Run {
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        // TERM, which `timeout` passes on to java (a KILL would end `timeout` alone).
+        if let Some(pid) = rustix::process::Pid::from_raw(self.child.id() as i32) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
@@ -115,12 +118,24 @@ impl Aeron {
         &self.jar
     }
 
-    /// Starts `main` with `props` and `args` in a media-driver directory of its own.
-    fn java(&self, props: &[(&str, String)], main: &str, args: &[String]) -> Result<Run, String> {
+    /// Starts `main` with `props` and `args` in a media-driver directory of its own, under
+    /// `timeout` (coreutils): Aeron's samples wait on standard input for "execute again?"
+    /// after their run, so a java left behind by a bench killed outright still ends by
+    /// `limit` (plus 5 s).
+    fn java(
+        &self,
+        props: &[(&str, String)],
+        main: &str,
+        args: &[String],
+        limit: Duration,
+    ) -> Result<Run, String> {
         let n = self.runs.get() + 1;
         self.runs.set(n);
         let dir = PathBuf::from(format!("{}-{n}", self.dir.display()));
-        let mut c = Command::new("java");
+        let mut c = Command::new("timeout");
+        c.arg("--kill-after=5")
+            .arg(limit.as_secs().max(1).to_string())
+            .arg("java");
         c.args(JVM_FLAGS);
         c.arg(format!("-Daeron.dir={}", dir.display()));
         c.arg("-Daeron.dir.delete.on.shutdown=true");
@@ -132,7 +147,9 @@ impl Aeron {
         c.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
-        let child = c.spawn().map_err(|e| format!("starting java: {e}"))?;
+        let child = c
+            .spawn()
+            .map_err(|e| format!("starting java (under timeout): {e}"))?;
         Ok(Run { child, dir })
     }
 
@@ -201,7 +218,7 @@ impl Aeron {
 
     fn harness(&self, args: &[&str], limit: Duration) -> Result<serde_json::Value, String> {
         let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        let mut run = self.java(&[], "AeronSmall", &args)?;
+        let mut run = self.java(&[], "AeronSmall", &args, limit)?;
         let lines = read_until(&mut run.child, limit, |l| l.starts_with('{'))?;
         let last = lines.last().ok_or("AeronSmall printed nothing")?;
         serde_json::from_str(last).map_err(|e| format!("AeronSmall's output {last:?}: {e}"))
@@ -214,9 +231,10 @@ impl Aeron {
             ("aeron.sample.messageLength", size.to_string()),
             ("aeron.sample.messages", "1000000000".to_string()),
         ];
-        let mut run = self.java(&props, "io.aeron.samples.EmbeddedThroughput", &[])?;
+        let limit = Duration::from_secs(seconds + 60);
+        let mut run = self.java(&props, "io.aeron.samples.EmbeddedThroughput", &[], limit)?;
         let mut seen = 0;
-        let lines = read_until(&mut run.child, Duration::from_secs(seconds + 60), |l| {
+        let lines = read_until(&mut run.child, limit, |l| {
             if l.contains("msgs/sec") {
                 seen += 1;
             }
@@ -247,10 +265,9 @@ impl Aeron {
                 (count / 4).max(1).to_string(),
             ),
         ];
-        let mut run = self.java(&props, "io.aeron.samples.EmbeddedPingPong", &[])?;
-        let lines = read_until(&mut run.child, Duration::from_secs(600), |l| {
-            l.starts_with("#[Max")
-        })?;
+        let limit = Duration::from_secs(600);
+        let mut run = self.java(&props, "io.aeron.samples.EmbeddedPingPong", &[], limit)?;
+        let lines = read_until(&mut run.child, limit, |l| l.starts_with("#[Max"))?;
         // HdrHistogram's percentile lines: value, percentile, count, 1/(1-percentile).
         let table: Vec<(f64, f64)> = lines
             .iter()

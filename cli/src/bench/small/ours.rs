@@ -127,9 +127,13 @@ pub fn paced(size: usize, rate: u64, seconds: f64) -> Result<Paced, String> {
         while seen < total && Instant::now() < end {
             rx.poll(Duration::from_millis(5), |m| {
                 let now = origin.elapsed().as_nanos() as u64;
+                // Anything else that reaches the port (shorter than a stamp) is not ours.
+                let (Some(at), Some(i)) = (m.data.get(..8), m.data.get(8..16)) else {
+                    return;
+                };
                 seen += 1;
-                let at = u64::from_le_bytes(m.data[..8].try_into().expect("8 bytes"));
-                let i = u64::from_le_bytes(m.data[8..16].try_into().expect("8 bytes"));
+                let at = u64::from_le_bytes(at.try_into().unwrap_or([0; 8]));
+                let i = u64::from_le_bytes(i.try_into().unwrap_or([0; 8]));
                 if i >= warm && lat.len() < lat.capacity() {
                     lat.push(now.saturating_sub(at));
                 }
