@@ -85,6 +85,8 @@ pub fn prepare(jar: Option<&Path>, version: &str) -> Result<Aeron, String> {
             j
         }
     };
+    sweep(Path::new("/dev/shm"), "slipstream-aeron-");
+    sweep(&std::env::temp_dir(), "slipstream-aeron-small-");
     let pid = std::process::id();
     let classes = std::env::temp_dir().join(format!("slipstream-aeron-small-{pid}"));
     std::fs::create_dir_all(&classes).map_err(|e| e.to_string())?;
@@ -110,6 +112,24 @@ pub fn prepare(jar: Option<&Path>, version: &str) -> Result<Aeron, String> {
         runs: Cell::new(0),
         classes,
     })
+}
+
+/// Removes what a bench killed outright left in `dir`: entries named `prefix` + the pid of
+/// a process no longer running (+ anything after a `-`).
+fn sweep(dir: &Path, prefix: &str) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(prefix)) else {
+            continue;
+        };
+        let pid = rest.split('-').next().and_then(|p| p.parse::<u32>().ok());
+        if pid.is_some_and(|p| !slipstream::netem::netns::alive(p)) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 impl Aeron {
@@ -352,4 +372,25 @@ fn num(v: &serde_json::Value, key: &str) -> Result<f64, String> {
     v.get(key)
         .and_then(|x| x.as_f64())
         .ok_or_else(|| format!("AeronSmall's output has no {key}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sweep_removes_only_what_dead_processes_left() {
+        let dir = std::env::temp_dir().join(format!("slipstream-sweep-{}", std::process::id()));
+        let dead = dir.join("x-999999999-1");
+        let mine = dir.join(format!("x-{}-1", std::process::id()));
+        let other = dir.join("y-999999999");
+        for d in [&dead, &mine, &other] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        sweep(&dir, "x-");
+        assert!(!dead.exists());
+        assert!(mine.exists());
+        assert!(other.exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

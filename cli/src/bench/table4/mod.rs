@@ -11,6 +11,7 @@
 //! 100 Mbit/s switch, deadlines 300 µs and 1,500 µs), the whole experiment is slowed 10×
 //! (10 Mbit/s, 3 ms and 15 ms, every smoother period 10× longer) and says so.
 
+mod ideal;
 mod node;
 pub mod trace;
 
@@ -62,6 +63,10 @@ pub struct Table4Args {
     /// Send from one thread per sender host (3) or from one thread for all (1).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=3))]
     pub sender_threads: u32,
+    /// Only the ideal host's figures (the traces through the switch's link models in
+    /// virtual time: no root, no switch, no waiting), at `--scale` (default 1).
+    #[arg(long)]
+    pub ideal: bool,
     /// Short runs (10 s, validity 5 s): a smoke test.
     #[arg(long)]
     pub quick: bool,
@@ -138,11 +143,18 @@ pub struct Report {
     pub validity_ok: bool,
     /// The last validity run.
     pub validity: Option<RunResult>,
+    /// The validity trace on an ideal host (see `ideal`): what the assumptions alone miss.
+    pub ideal_validity: Option<ideal::Ideal>,
+    /// The experiment's trace without the smoother on an ideal host.
+    pub ideal_without: ideal::Ideal,
     pub runs: Vec<RunResult>,
 }
 
 /// Runs `bench table4`.
 pub fn run(a: &Table4Args) -> Result<(), String> {
+    if a.ideal {
+        return ideal_only(a);
+    }
     if !netns::is_root() {
         return Err("bench table4 needs root: it builds an emulated switch of namespaces".into());
     }
@@ -158,6 +170,7 @@ pub fn run(a: &Table4Args) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| format!("finding slipstream: {e}"))?;
     let mut validity = (f64::NAN, false);
     let mut validity_run = None;
+    let mut ideal_validity = None;
     let mut scale = 1;
     let candidates: Vec<u32> = match a.scale {
         Some(k) => vec![k.max(1)],
@@ -169,6 +182,13 @@ pub fn run(a: &Table4Args) -> Result<(), String> {
             "table4: validity run at time scale {k} (80 % load, smooth, no smoother, {check_secs} s)"
         );
         let trace = Trace::generate(a.seed, check_secs, f64::from(k), 0.8, a.rt_size, true);
+        let ideal = ideal::run(&trace, &switch_spec(k, queue)?, deadlines(k));
+        eprintln!(
+            "table4:   on an ideal host: real-time misses {:.4} % (one-way p50 {} us, p99 {} us, \
+             max {} us)",
+            ideal.miss_pct[0], ideal.rt_p50_us, ideal.rt_p99_us, ideal.rt_max_us
+        );
+        ideal_validity = Some(ideal);
         let r = condition(a, &exe, k, queue, &trace, check_secs, false)?;
         let miss = 100.0 - pct(r.rt.on_time, r.rt.sent);
         validity = (miss, miss <= 0.01);
@@ -189,6 +209,15 @@ pub fn run(a: &Table4Args) -> Result<(), String> {
         }
     }
     let trace = Trace::generate(a.seed, seconds, f64::from(scale), 1.055, a.rt_size, false);
+    let ideal_without = ideal::run(&trace, &switch_spec(scale, queue)?, deadlines(scale));
+    eprintln!(
+        "table4: the trace without the smoother on an ideal host: RT loss {:.3} % ({} dropped, \
+         {} late), NRT loss {:.2} %",
+        ideal_without.miss_pct[0],
+        ideal_without.dropped[0],
+        ideal_without.late[0],
+        ideal_without.miss_pct[1]
+    );
     let mut runs = Vec::new();
     for on in [false, true] {
         let wanted = match a.smoother.as_str() {
@@ -224,6 +253,8 @@ pub fn run(a: &Table4Args) -> Result<(), String> {
         validity_rt_miss_pct: validity.0,
         validity_ok: validity.1,
         validity: validity_run,
+        ideal_validity,
+        ideal_without,
         runs,
     };
     let md = markdown(&report);
@@ -234,6 +265,27 @@ pub fn run(a: &Table4Args) -> Result<(), String> {
     if a.json {
         println!("{}", summary(&report));
     }
+    Ok(())
+}
+
+/// `--ideal`: both traces on an ideal host, printed as JSON.
+fn ideal_only(a: &Table4Args) -> Result<(), String> {
+    let k = a.scale.unwrap_or(1).max(1);
+    let queue = Impairment::parse(&format!("queue={}", a.queue))
+        .map_err(|e| format!("--queue: {e}"))?
+        .link
+        .queue_bytes;
+    let spec = switch_spec(k, queue)?;
+    let validity = Trace::generate(a.seed, 10.0, f64::from(k), 0.8, a.rt_size, true);
+    let trace = Trace::generate(a.seed, a.seconds, f64::from(k), 1.055, a.rt_size, false);
+    let out = serde_json::json!({
+        "time_scale": k,
+        "seconds": a.seconds,
+        "seed": a.seed,
+        "ideal_validity": ideal::run(&validity, &spec, deadlines(k)),
+        "ideal_without": ideal::run(&trace, &spec, deadlines(k)),
+    });
+    println!("{out}");
     Ok(())
 }
 
@@ -270,6 +322,26 @@ fn config(a: &Table4Args, k: u32, smoother: bool) -> RtConfig {
     }
 }
 
+/// The emulated switch at time scale `k` with a bottleneck queue of `queue` bytes.
+fn switch_spec(k: u32, queue: usize) -> Result<netem::SwitchSpec, String> {
+    let rate = format!("rate={}bit", 100_000_000 / u64::from(k.max(1)));
+    Ok(netem::SwitchSpec {
+        hosts: trace::NODES + 1,
+        access: Impairment::parse(&format!("{rate},queue=256k"))?,
+        port: Impairment::parse(&format!("{rate},queue={queue}"))?,
+        mtu: 1500,
+    })
+}
+
+/// The deadlines (real-time, non-real-time) at time scale `k`.
+fn deadlines(k: u32) -> [Duration; 2] {
+    let k = k.max(1);
+    [
+        Duration::from_micros(300) * k,
+        Duration::from_micros(1500) * k,
+    ]
+}
+
 /// One run on a fresh switch.
 fn condition(
     a: &Table4Args,
@@ -281,13 +353,7 @@ fn condition(
     smoother: bool,
 ) -> Result<RunResult, String> {
     let name = format!("t4x{}", std::process::id());
-    let rate = format!("rate={}bit", 100_000_000 / u64::from(k));
-    let spec = netem::SwitchSpec {
-        hosts: trace::NODES + 1,
-        access: Impairment::parse(&format!("{rate},queue=256k"))?,
-        port: Impairment::parse(&format!("{rate},queue={queue}"))?,
-        mtu: 1500,
-    };
+    let spec = switch_spec(k, queue)?;
     let info = netem::switch_up(&name, &spec, exe)?;
     let _down = Down(name.clone());
     let r = run_hosts(a, k, trace, seconds, smoother, &info);
@@ -324,11 +390,7 @@ fn run_hosts(
     info: &netem::SwitchInfo,
 ) -> Result<RunResult, String> {
     let cfg = config(a, k, smoother);
-    let kf = f64::from(k);
-    let deadlines = [
-        Duration::from_micros((300.0 * kf) as u64),
-        Duration::from_micros((1500.0 * kf) as u64),
-    ];
+    let deadlines = deadlines(k);
     let dst = SocketAddr::from((info.hosts[trace::NODES].addr, PORT));
     let stop = Arc::new(AtomicBool::new(false));
     let rx_ns = info.hosts[trace::NODES].netns.clone();
@@ -467,7 +529,8 @@ fn markdown(r: &Report) -> String {
         "Table 4 on an emulated switch: 3 senders -> 1 receiver, bottleneck {} Mbit/s \
          (queue {} B), {:.1} Mbit/s offered, deadlines {} us (RT) and {} us (NRT), time \
          scale {}, {} s per run, seed {}; validity (80 % load, no smoother): RT misses \
-         {:.4} % ({})\n\n",
+         {:.4} % ({}; on an ideal host {:.4} %); the trace without the smoother on an ideal \
+         host: RT loss {:.3} %, NRT loss {:.2} %\n\n",
         r.bottleneck_mbps,
         r.queue_bytes,
         r.offered_mbps,
@@ -478,6 +541,11 @@ fn markdown(r: &Report) -> String {
         r.seed,
         r.validity_rt_miss_pct,
         if r.validity_ok { "valid" } else { "NOT valid" },
+        r.ideal_validity
+            .as_ref()
+            .map_or(f64::NAN, |i| i.miss_pct[0]),
+        r.ideal_without.miss_pct[0],
+        r.ideal_without.miss_pct[1],
     );
     s.push_str(
         "| condition | type | sent | smoother drops | network lost | late | loss | goodput Mbit/s | RT p50/p99/max us | port drops |\n\
@@ -535,6 +603,8 @@ fn summary(r: &Report) -> serde_json::Value {
         "time_scale": r.time_scale,
         "validity_ok": r.validity_ok,
         "validity_rt_miss_pct": r.validity_rt_miss_pct,
+        "ideal_validity_rt_miss_pct": r.ideal_validity.as_ref().map(|i| i.miss_pct[0]),
+        "ideal_rt_loss_pct_without": r.ideal_without.miss_pct[0],
         "goal_met": goal,
         "report": r,
     })
