@@ -13,6 +13,7 @@
 //!
 //! Steady state allocates nothing: one receive buffer, and the links recycle theirs.
 
+use super::state::StatsWriter;
 use super::Spec;
 use rustix::event::{poll, PollFd, PollFlags};
 use rustix::time::{clock_gettime, ClockId, Timespec};
@@ -60,7 +61,7 @@ pub(crate) struct Forwarder {
     /// a → b (read from devs[0], written to devs[1]), then b → a.
     dirs: [Direction; 2],
     buf: Vec<u8>,
-    stats_path: PathBuf,
+    writer: StatsWriter,
     started: Instant,
 }
 
@@ -82,7 +83,7 @@ impl Forwarder {
             devs: [dev_a, dev_b],
             dirs: [dir(&spec.ab), dir(&spec.ba)],
             buf: vec![0; MAX_PACKET],
-            stats_path,
+            writer: StatsWriter::new(stats_path),
             started: Instant::now(),
         }
     }
@@ -198,13 +199,7 @@ impl Forwarder {
             "a_to_b": json(&self.dirs[0]),
             "b_to_a": json(&self.dirs[1]),
         });
-        let tmp = self.stats_path.with_extension("tmp");
-        let ok = std::fs::File::create(&tmp)
-            .and_then(|mut f| f.write_all(v.to_string().as_bytes()))
-            .and_then(|()| std::fs::rename(&tmp, &self.stats_path));
-        if let Err(e) = ok {
-            eprintln!("warning: writing {}: {e}", self.stats_path.display());
-        }
+        self.writer.publish(v.to_string());
     }
 }
 

@@ -1,10 +1,13 @@
 //! Where a running emulator keeps its state: one directory per emulator under [`STATE_ROOT`]
-//! (a tmpfs, so nothing survives a reboot, as the namespaces don't).
+//! (a tmpfs on most systems, so nothing survives a reboot, as the namespaces don't; on this
+//! project's test machine it is the root ext4 file system).
 
 use super::netns;
 use rustix::process::{kill_process, Pid, Signal};
 use std::fs;
 use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// Parent of every emulator's state directory.
@@ -90,5 +93,77 @@ pub(super) fn log_tail(name: &str) -> String {
         "(its log is empty)".into()
     } else {
         tail
+    }
+}
+
+/// Writes a forwarder's counters file from a thread of its own. Replacing a file can block
+/// for tens of milliseconds (up to 108 ms measured on an ext4 `/run`: the rename waits for
+/// the new file's blocks), and a forwarding loop that waited for it would hold every packet
+/// in flight that long. The newest snapshot wins: one published while an older one is still
+/// waiting replaces it.
+/// The newest snapshot not yet written, and whether the writer is to stop.
+type Slot = (Mutex<(Option<String>, bool)>, Condvar);
+
+#[derive(Debug)]
+pub(super) struct StatsWriter {
+    slot: Arc<Slot>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl StatsWriter {
+    /// A writer of `path` (through `path.tmp` and a rename, so readers never see half).
+    pub(super) fn new(path: PathBuf) -> StatsWriter {
+        let slot: Arc<Slot> = Arc::new((Mutex::new((None, false)), Condvar::new()));
+        let theirs = slot.clone();
+        let thread = std::thread::Builder::new()
+            .name("netem-stats".into())
+            .spawn(move || {
+                let (lock, cv) = &*theirs;
+                loop {
+                    let text = {
+                        let Ok(mut g) = lock.lock() else { return };
+                        while g.0.is_none() && !g.1 {
+                            g = match cv.wait(g) {
+                                Ok(g) => g,
+                                Err(_) => return,
+                            };
+                        }
+                        match g.0.take() {
+                            Some(t) => t,
+                            None => return,
+                        }
+                    };
+                    let tmp = path.with_extension("tmp");
+                    let ok = fs::write(&tmp, text).and_then(|()| fs::rename(&tmp, &path));
+                    if let Err(e) = ok {
+                        eprintln!("warning: writing {}: {e}", path.display());
+                    }
+                }
+            })
+            .ok();
+        StatsWriter { slot, thread }
+    }
+
+    /// Hands over the newest counters; never waits for the file system.
+    pub(super) fn publish(&self, text: String) {
+        let (lock, cv) = &*self.slot;
+        if let Ok(mut g) = lock.lock() {
+            g.0 = Some(text);
+            cv.notify_one();
+        }
+    }
+}
+
+impl Drop for StatsWriter {
+    /// Writes what was published last, then ends the thread.
+    fn drop(&mut self) {
+        let (lock, cv) = &*self.slot;
+        if let Ok(mut g) = lock.lock() {
+            g.1 = true;
+            cv.notify_one();
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }

@@ -15,6 +15,7 @@
 //! [`Link`]: slipstream_proto::sim::Link
 
 use super::forward::{fatal, wait_devices, SLACK};
+use super::state::StatsWriter;
 use super::{netns, state, Teardown, DEV};
 use crate::datapath::Impairment;
 use rustix::event::{PollFd, PollFlags};
@@ -181,7 +182,7 @@ struct Switch {
     ports: Vec<Link>,
     stats: Vec<HostStats>,
     buf: Vec<u8>,
-    stats_path: PathBuf,
+    writer: StatsWriter,
     started: Instant,
 }
 
@@ -204,7 +205,7 @@ impl Switch {
             stats: vec![HostStats::default(); n],
             devs,
             buf: vec![0; MAX_PACKET],
-            stats_path,
+            writer: StatsWriter::new(stats_path),
             started: Instant::now(),
         }
     }
@@ -356,12 +357,6 @@ impl Switch {
             "cpu_seconds": cpu.tv_sec as f64 + cpu.tv_nsec as f64 * 1e-9,
             "hosts": hosts,
         });
-        let tmp = self.stats_path.with_extension("tmp");
-        let ok = File::create(&tmp)
-            .and_then(|mut f| f.write_all(v.to_string().as_bytes()))
-            .and_then(|()| fs::rename(&tmp, &self.stats_path));
-        if let Err(e) = ok {
-            eprintln!("warning: writing {}: {e}", self.stats_path.display());
-        }
+        self.writer.publish(v.to_string());
     }
 }
