@@ -14,6 +14,21 @@ use slipstream_proto::rt::smoother::{Smoother, SmootherConfig, SmootherStats};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+/// A smoother started at `now` whose first refresh comes a random share of its first period
+/// later: smoothers started together (hosts of one job, sockets opened at once) would
+/// otherwise refresh, and send their credits, in step for as long as their periods agree.
+pub(crate) fn dephased(cfg: SmootherConfig, now: Instant) -> Smoother {
+    use std::hash::{BuildHasher, Hasher};
+    let mut s = Smoother::new(cfg, now);
+    // Each RandomState is seeded afresh: a random 64-bit draw without a dependency.
+    let draw = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    let share = (draw >> 11) as f64 / (1u64 << 53) as f64;
+    s.delay_refresh(s.period().mul_f64(share));
+    s
+}
+
 /// The link below a sender, modelled from its rate: when it will have sent everything handed
 /// to it, so that non-real-time datagrams are handed over only while few wait there.
 #[derive(Debug, Clone, Copy)]
@@ -93,7 +108,7 @@ impl HostSmoother {
 
     fn build(cfg: SmootherConfig, link: Option<LinkModel>) -> HostSmoother {
         HostSmoother(Arc::new(Mutex::new(State {
-            smoother: Smoother::new(cfg, Instant::now()),
+            smoother: dephased(cfg, Instant::now()),
             link,
         })))
     }

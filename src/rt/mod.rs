@@ -96,6 +96,8 @@ pub struct RtConfig {
     /// deadlines imply so). A late non-real-time message never does: it may have waited at
     /// the smoother itself.
     pub late_is_loss: bool,
+    /// Whose losses slow this sender's smoother down.
+    pub loss_signal: LossSignal,
     /// Mark real-time datagrams DSCP EF and socket priority [`PRIORITY_RT`].
     pub mark: bool,
     /// Peers tracked on each side (destinations' message numbering and reports; sources'
@@ -118,10 +120,22 @@ impl Default for RtConfig {
             below_packets: 2,
             report_interval: Duration::from_millis(5),
             late_is_loss: true,
+            loss_signal: LossSignal::Receiver,
             mark: true,
             peers: 64,
         }
     }
+}
+
+/// Which losses a receiver reports slow a sender's smoother down (the paper does not say).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LossSignal {
+    /// Only the sender's own messages lost or late.
+    Own,
+    /// Any loss at the receiver, from any of its senders: congestion at a receiver's port
+    /// is shared by everyone sending into it, and a sender whose own messages happened to
+    /// get through would otherwise keep its pace while the others back off.
+    Receiver,
 }
 
 /// Why a send was refused.

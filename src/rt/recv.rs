@@ -49,6 +49,14 @@ pub(super) struct Receiver {
     interval: Duration,
     next_report: Instant,
     out: Vec<([u8; REPORT_LEN], SocketAddr)>,
+    /// Losses seen from all sources (missing, expired, late real-time), cumulative: every
+    /// report carries it, so a source hears of losses in between at its next report.
+    losses: u32,
+}
+
+/// What a report counts as lost: missing, expired and late real-time messages.
+fn lost(r: &Report) -> u32 {
+    r.missing.wrapping_add(r.expired).wrapping_add(r.late_rt)
 }
 
 /// A source address as the reassembler's key: exact for IPv4, a mix of the bytes for IPv6
@@ -75,6 +83,7 @@ impl Receiver {
             interval: cfg.report_interval.max(Duration::from_micros(100)),
             next_report: now + cfg.report_interval,
             out: Vec::with_capacity(cfg.peers),
+            losses: 0,
         }
     }
 
@@ -142,7 +151,11 @@ impl Receiver {
             }
         }
         let s = source(&mut self.sources, self.cap, src, k, at);
+        let before = lost(&s.report);
         count(s, &hdr, late, stats);
+        self.losses = self
+            .losses
+            .wrapping_add(lost(&s.report).wrapping_sub(before));
         on_message(RtMessage {
             src,
             class: hdr.class,
@@ -170,11 +183,13 @@ impl Receiver {
 
     fn take_expired(&mut self, _stats: &mut RtStats) {
         let sources = &mut self.sources;
+        let losses = &mut self.losses;
         self.reasm.take_expired(|k, _id| {
             let k = k & !(1 << 62);
             if let Some(s) = sources.iter_mut().find(|s| s.key == k) {
                 s.report.expired = s.report.expired.wrapping_add(1);
                 s.news = true;
+                *losses = losses.wrapping_add(1);
             }
         });
     }
@@ -195,6 +210,7 @@ impl Receiver {
         for s in self.sources.iter_mut().filter(|s| s.news) {
             s.news = false;
             s.report.seq = s.report.seq.wrapping_add(1);
+            s.report.receiver_losses = self.losses;
             let mut b = [0; REPORT_LEN];
             s.report.emit(&mut b);
             self.out.push((b, s.addr));

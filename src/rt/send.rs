@@ -2,9 +2,9 @@
 //! GSO runs, the smoother, the model of the queue below, and the destinations' numbering and
 //! reports.
 
-use super::{Buf, Class, RtConfig, RtStats, SendError, WouldBlock};
+use super::{Buf, Class, LossSignal, RtConfig, RtStats, SendError, WouldBlock};
 use crate::datapath::{Datapath, TxGather};
-use crate::smoother::{HostSmoother, LinkModel};
+use crate::smoother::{dephased, HostSmoother, LinkModel};
 use crate::sys::mmsg::{Mark, Mmsg};
 use slipstream_proto::rt::header::{RtHeader, RT_HEADER_LEN};
 use slipstream_proto::rt::report::Report;
@@ -135,6 +135,7 @@ pub(super) struct Sender {
     ip_udp: usize,
     max_message: usize,
     late_is_loss: bool,
+    loss_signal: LossSignal,
     rt: VecDeque<Pending>,
     nrt: VecDeque<Pending>,
     rt_cap: usize,
@@ -178,6 +179,7 @@ impl Sender {
             ip_udp,
             max_message: cfg.max_message,
             late_is_loss: cfg.late_is_loss,
+            loss_signal: cfg.loss_signal,
             rt: VecDeque::with_capacity(cfg.rt_queue),
             nrt: VecDeque::with_capacity(cfg.nrt_queue),
             rt_cap: cfg.rt_queue,
@@ -185,7 +187,7 @@ impl Sender {
             hdrs: vec![[0; RT_HEADER_LEN]; HDRS],
             smoother: match host {
                 Some(h) => Some(Gate::Host(h)),
-                None => cfg.smoother.map(|c| Gate::Own(Smoother::new(c, now))),
+                None => cfg.smoother.map(|c| Gate::Own(dephased(c, now))),
             },
             below,
             peers: Vec::with_capacity(cfg.peers),
@@ -608,8 +610,11 @@ impl Sender {
             stats.reports_ignored += 1;
             return;
         };
+        // The first report from a receiver starts its shared count: losses it saw before
+        // this sender came are no news to it.
         let prev = peer.report.unwrap_or(Report {
             seq: r.seq.wrapping_sub(1),
+            receiver_losses: r.receiver_losses,
             ..Report::default()
         });
         let Some(l) = r.since(&prev) else {
@@ -623,7 +628,8 @@ impl Sender {
         stats.reported_expired += u64::from(l.expired);
         // Late non-real-time messages may have waited here, at the smoother: not a sign of
         // congestion.
-        let lost = l.missing > 0 || l.expired > 0 || (self.late_is_loss && l.late_rt > 0);
+        let own = l.missing > 0 || l.expired > 0 || (self.late_is_loss && l.late_rt > 0);
+        let lost = own || (self.loss_signal == LossSignal::Receiver && l.receiver_losses > 0);
         if let Some(g) = &mut self.smoother {
             g.with(Instant::now(), |s| s.on_report(lost));
         }

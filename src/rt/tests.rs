@@ -288,6 +288,69 @@ fn a_loss_report_lengthens_the_senders_refresh_period() {
     assert_eq!(a.stats().reports_ignored, 2);
 }
 
+/// Losses at a receiver from another sender slow a sender down with
+/// [`LossSignal::Receiver`] and not with [`LossSignal::Own`]; the first report only sets the
+/// count it starts from.
+#[test]
+fn losses_at_the_receiver_slow_every_sender_with_the_receiver_signal() {
+    for signal in [LossSignal::Receiver, LossSignal::Own] {
+        let cfg = RtConfig {
+            smoother: Some(SmootherConfig {
+                rp0: Duration::from_millis(10),
+                ..SmootherConfig::default()
+            }),
+            loss_signal: signal,
+            ..RtConfig::default()
+        };
+        let mut a = RtSocket::open(lo(), cfg).unwrap();
+        let raw = UdpSocket::bind(lo()).unwrap();
+        let src = a.local_addr().unwrap();
+        send(&mut a, raw.local_addr().unwrap(), 10, 0, Class::Rt);
+        let report = |seq, receiver_losses| {
+            let mut r = [0; REPORT_LEN];
+            Report {
+                delivered: seq,
+                seq,
+                receiver_losses,
+                ..Report::default()
+            }
+            .emit(&mut r);
+            r
+        };
+        // 40 losses before this sender's first report: no news to it.
+        raw.send_to(&report(1, 40), src).unwrap();
+        let settle = |a: &mut RtSocket, ms| {
+            let end = Instant::now() + Duration::from_millis(ms);
+            while Instant::now() < end {
+                a.poll(Duration::from_millis(2), |_| {}).unwrap();
+            }
+        };
+        settle(&mut a, 40);
+        assert_eq!(a.stats().reports_taken, 1);
+        assert_eq!(a.stats().smoother.lossy_refreshes, 0, "{signal:?}");
+        // Three more at the receiver, none of them this sender's.
+        raw.send_to(&report(2, 43), src).unwrap();
+        settle(&mut a, 40);
+        let s = a.stats();
+        assert_eq!((s.reports_taken, s.reported_missing), (2, 0));
+        let want = u64::from(signal == LossSignal::Receiver);
+        assert_eq!(s.smoother.lossy_refreshes, want, "{signal:?}");
+    }
+}
+
+#[test]
+fn a_receiver_counts_every_sources_losses_in_each_report() {
+    let (mut b, dst, raw) = reporting_receiver();
+    let other = UdpSocket::bind(lo()).unwrap();
+    // The other source loses messages 1 and 2; `raw` loses nothing.
+    other.send_to(&fragment(0, 10, 0, 10, 10), dst).unwrap();
+    other.send_to(&fragment(3, 10, 0, 10, 10), dst).unwrap();
+    raw.send_to(&fragment(0, 10, 0, 10, 10), dst).unwrap();
+    raw.send_to(&fragment(1, 10, 0, 10, 10), dst).unwrap();
+    let rep = report_until(&mut b, &raw, |r| r.delivered == 2).expect("reports came");
+    assert_eq!((rep.delivered, rep.missing, rep.receiver_losses), (2, 0, 2));
+}
+
 #[test]
 fn real_time_datagrams_arrive_marked_ef_and_others_unmarked() {
     let mut a = RtSocket::open(lo(), RtConfig::default()).unwrap();

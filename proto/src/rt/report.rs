@@ -13,6 +13,7 @@
 //! |       Non-real-time messages delivered past their deadline    |
 //! |           Next expected message id, real-time class           |
 //! |         Next expected message id, non-real-time class         |
+//! |        Losses at this receiver, from every sender               |
 //! ```
 //!
 //! Each class numbers its messages on its own (real-time messages overtake queued
@@ -24,11 +25,16 @@
 //! with the last it took (the report number tells an old one from a new one). The kind byte
 //! sits where a fragment's class does, with a value no class has, so a report never parses
 //! as a fragment and a fragment never as a report.
+//!
+//! The last word counts what the receiver lost from all its senders together (messages
+//! missing or expired, real-time messages late): congestion at a receiver's port is shared by
+//! everyone sending into it, so a sender may back off for it even when its own messages
+//! happened to get through.
 
 use super::header::{RT_MAGIC, RT_VERSION};
 
 /// Bytes of a report.
-pub const REPORT_LEN: usize = 36;
+pub const REPORT_LEN: usize = 40;
 /// The kind byte of a report.
 pub const REPORT_KIND: u8 = 0xFF;
 
@@ -52,6 +58,9 @@ pub struct Report {
     pub seq: u32,
     /// The id the receiver expects next, in the non-real-time class.
     pub next_nrt: u32,
+    /// Losses the receiver saw from all its senders: messages missing or expired, and
+    /// real-time messages late.
+    pub receiver_losses: u32,
 }
 
 /// Why a datagram is not a report.
@@ -89,6 +98,7 @@ impl Report {
             late_nrt: u32_at(24),
             next_rt: u32_at(28),
             next_nrt: u32_at(32),
+            receiver_losses: u32_at(36),
         })
     }
 
@@ -106,6 +116,7 @@ impl Report {
             self.late_nrt,
             self.next_rt,
             self.next_nrt,
+            self.receiver_losses,
         ]
         .into_iter()
         .enumerate()
@@ -127,6 +138,7 @@ impl Report {
             expired: self.expired.wrapping_sub(prev.expired),
             late_rt: self.late_rt.wrapping_sub(prev.late_rt),
             late_nrt: self.late_nrt.wrapping_sub(prev.late_nrt),
+            receiver_losses: self.receiver_losses.wrapping_sub(prev.receiver_losses),
         })
     }
 }
@@ -144,6 +156,8 @@ pub struct Losses {
     pub late_rt: u32,
     /// Non-real-time messages newly late.
     pub late_nrt: u32,
+    /// New losses at the receiver, from all its senders.
+    pub receiver_losses: u32,
 }
 
 #[cfg(test)]
@@ -161,6 +175,7 @@ mod tests {
             next_rt: 13,
             seq: 4,
             next_nrt: 2,
+            receiver_losses: 9,
         }
     }
 
@@ -170,7 +185,7 @@ mod tests {
         report().emit(&mut b);
         assert_eq!(Report::parse(&b), Ok(report()));
         assert!(RtHeader::parse(&b).is_err());
-        assert_eq!(Report::parse(&b[..35]), Err(ReportError::Length));
+        assert_eq!(Report::parse(&b[..39]), Err(ReportError::Length));
         let mut c = b;
         c[3] = 0;
         assert_eq!(Report::parse(&c), Err(ReportError::Kind));

@@ -50,6 +50,10 @@ pub struct SmootherConfig {
     /// Hand out a refresh's credits one at a time, evenly over the period, instead of all at
     /// its start.
     pub spread: bool,
+    /// Start with an empty bucket and the longest period (RPmax), and earn the way down to
+    /// faster periods, instead of the paper's full bucket at RP0: hosts that start together
+    /// then do not all send a bucket at once before any report can reach them.
+    pub cautious_start: bool,
 }
 
 impl Default for SmootherConfig {
@@ -62,6 +66,7 @@ impl Default for SmootherConfig {
             rp_step: Duration::from_millis(2),
             nrt_rule: NrtRule::OneCredit,
             spread: false,
+            cautious_start: false,
         }
     }
 }
@@ -95,14 +100,19 @@ pub struct Smoother {
 }
 
 impl Smoother {
-    /// A full bucket at `now`, the period at `rp0` (bounded by `rp_min` and `rp_max`).
+    /// A full bucket at `now`, the period at `rp0` (bounded by `rp_min` and `rp_max`); with
+    /// [`SmootherConfig::cautious_start`], an empty bucket and the period at `rp_max`.
     pub fn new(cfg: SmootherConfig, now: Instant) -> Self {
         let rp_max = cfg.rp_max.max(cfg.rp_min);
         let cfg = SmootherConfig { rp_max, ..cfg };
-        let rp = cfg.rp0.clamp(cfg.rp_min, rp_max);
+        let (rp, credits) = if cfg.cautious_start {
+            (rp_max, 0)
+        } else {
+            (cfg.rp0.clamp(cfg.rp_min, rp_max), i64::from(cfg.depth))
+        };
         let depth = cfg.depth.max(1);
         Smoother {
-            credits: i64::from(cfg.depth),
+            credits,
             rp,
             next: now + if cfg.spread { rp / depth } else { rp },
             loss: false,
@@ -159,6 +169,13 @@ impl Smoother {
     /// A receiver's report: `lost` if it saw loss (gaps or deadline misses) since its last.
     pub fn on_report(&mut self, lost: bool) {
         self.loss |= lost;
+    }
+
+    /// Moves the next refresh `by` later. Called once after [`Self::new`] with a random share
+    /// of the first period, it keeps hosts started together from refreshing (and sending
+    /// their credits) in step.
+    pub fn delay_refresh(&mut self, by: Duration) {
+        self.next += by;
     }
 
     /// When the next refresh is due.
@@ -255,6 +272,25 @@ mod tests {
         let back = trace(&mut s, &[false; 48]);
         assert_eq!((back[46], back[47]), (6, 5));
         assert_eq!(s.stats().lossy_refreshes, 2 + 6);
+    }
+
+    #[test]
+    fn a_cautious_start_earns_its_credits_and_its_pace() {
+        let t = Instant::now();
+        let cfg = SmootherConfig {
+            cautious_start: true,
+            ..SmootherConfig::default()
+        };
+        let mut s = Smoother::new(cfg, t);
+        assert_eq!((s.period(), s.credits()), (100 * MS, 0));
+        assert!(!s.try_nrt(), "nothing before the first refresh");
+        s.delay_refresh(30 * MS);
+        assert_eq!(s.next_refresh(), t + 130 * MS);
+        s.handle_timeout(t + 100 * MS);
+        assert_eq!(s.credits(), 0, "not due yet");
+        // Loss-free refreshes shorten the period step by step from the longest.
+        assert_eq!(trace(&mut s, &[false; 3]), [98, 96, 94]);
+        assert_eq!((0..100).take_while(|_| s.try_nrt()).count(), 40);
     }
 
     #[test]
