@@ -20,7 +20,7 @@ use node::ix;
 use serde::Serialize;
 use slipstream::datapath::Impairment;
 use slipstream::netem::{self, netns};
-use slipstream::rt::{Class, RtConfig, SmootherConfig};
+use slipstream::rt::{Class, LossSignal, RtConfig, SmootherConfig};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -56,6 +56,14 @@ pub struct Table4Args {
     /// Late messages do not count as loss for the smoother (the alternative to the default).
     #[arg(long)]
     pub late_not_loss: bool,
+    /// Whose losses slow a sender's smoother: `receiver` (any loss at the receiver, the
+    /// default) or `own` (its own messages' only).
+    #[arg(long, default_value = "receiver", value_parser = ["receiver", "own"])]
+    pub loss_signal: String,
+    /// Start each smoother with an empty bucket at the longest period (the paper starts full,
+    /// at RP0).
+    #[arg(long)]
+    pub cautious: bool,
     /// Spread each refresh's credits evenly over the period (the alternative to Fig. 5's
     /// all-at-once).
     #[arg(long)]
@@ -145,8 +153,9 @@ pub struct Report {
     pub validity: Option<RunResult>,
     /// The validity trace on an ideal host (see `ideal`): what the assumptions alone miss.
     pub ideal_validity: Option<ideal::Ideal>,
-    /// The experiment's trace without the smoother on an ideal host.
+    /// The experiment's trace on an ideal host, without and with the smoother.
     pub ideal_without: ideal::Ideal,
+    pub ideal_with: ideal::Ideal,
     pub runs: Vec<RunResult>,
 }
 
@@ -182,7 +191,7 @@ pub fn run(a: &Table4Args) -> Result<(), String> {
             "table4: validity run at time scale {k} (80 % load, smooth, no smoother, {check_secs} s)"
         );
         let trace = Trace::generate(a.seed, check_secs, f64::from(k), 0.8, a.rt_size, true);
-        let ideal = ideal::run(&trace, &switch_spec(k, queue)?, deadlines(k));
+        let ideal = ideal::run(&trace, &switch_spec(k, queue)?, deadlines(k), None, a.seed);
         eprintln!(
             "table4:   on an ideal host: real-time misses {:.4} % (one-way p50 {} us, p99 {} us, \
              max {} us)",
@@ -209,15 +218,22 @@ pub fn run(a: &Table4Args) -> Result<(), String> {
         }
     }
     let trace = Trace::generate(a.seed, seconds, f64::from(scale), 1.055, a.rt_size, false);
-    let ideal_without = ideal::run(&trace, &switch_spec(scale, queue)?, deadlines(scale));
-    eprintln!(
-        "table4: the trace without the smoother on an ideal host: RT loss {:.3} % ({} dropped, \
-         {} late), NRT loss {:.2} %",
-        ideal_without.miss_pct[0],
-        ideal_without.dropped[0],
-        ideal_without.late[0],
-        ideal_without.miss_pct[1]
+    let spec = switch_spec(scale, queue)?;
+    let ideal_without = ideal::run(&trace, &spec, deadlines(scale), None, a.seed);
+    let ideal_with = ideal::run(
+        &trace,
+        &spec,
+        deadlines(scale),
+        Some(&config(a, scale, true)),
+        a.seed,
     );
+    for (name, i) in [("without", &ideal_without), ("with", &ideal_with)] {
+        eprintln!(
+            "table4: the trace {name} the smoother on an ideal host: RT loss {:.3} % ({} dropped, \
+             {} late), NRT loss {:.2} %",
+            i.miss_pct[0], i.dropped[0], i.late[0], i.miss_pct[1]
+        );
+    }
     let mut runs = Vec::new();
     for on in [false, true] {
         let wanted = match a.smoother.as_str() {
@@ -255,6 +271,7 @@ pub fn run(a: &Table4Args) -> Result<(), String> {
         validity: validity_run,
         ideal_validity,
         ideal_without,
+        ideal_with,
         runs,
     };
     let md = markdown(&report);
@@ -282,8 +299,9 @@ fn ideal_only(a: &Table4Args) -> Result<(), String> {
         "time_scale": k,
         "seconds": a.seconds,
         "seed": a.seed,
-        "ideal_validity": ideal::run(&validity, &spec, deadlines(k)),
-        "ideal_without": ideal::run(&trace, &spec, deadlines(k)),
+        "ideal_validity": ideal::run(&validity, &spec, deadlines(k), None, a.seed),
+        "ideal_without": ideal::run(&trace, &spec, deadlines(k), None, a.seed),
+        "ideal_with": ideal::run(&trace, &spec, deadlines(k), Some(&config(a, k, true)), a.seed),
     });
     println!("{out}");
     Ok(())
@@ -312,12 +330,18 @@ fn config(a: &Table4Args, k: u32, smoother: bool) -> RtConfig {
             rp_max: ms(100),
             rp_step: ms(2),
             spread: a.spread,
+            cautious_start: a.cautious,
             ..SmootherConfig::default()
         }),
         link_rate: smoother.then_some(100_000_000 / u64::from(k)),
         below_packets: a.below,
         report_interval: ms(5),
         late_is_loss: !a.late_not_loss,
+        loss_signal: if a.loss_signal == "own" {
+            LossSignal::Own
+        } else {
+            LossSignal::Receiver
+        },
         ..RtConfig::default()
     }
 }
@@ -529,8 +553,8 @@ fn markdown(r: &Report) -> String {
         "Table 4 on an emulated switch: 3 senders -> 1 receiver, bottleneck {} Mbit/s \
          (queue {} B), {:.1} Mbit/s offered, deadlines {} us (RT) and {} us (NRT), time \
          scale {}, {} s per run, seed {}; validity (80 % load, no smoother): RT misses \
-         {:.4} % ({}; on an ideal host {:.4} %); the trace without the smoother on an ideal \
-         host: RT loss {:.3} %, NRT loss {:.2} %\n\n",
+         {:.4} % ({}; on an ideal host {:.4} %); on an ideal host the trace loses RT {:.3} %, \
+         NRT {:.2} % without the smoother and RT {:.3} %, NRT {:.2} % with it\n\n",
         r.bottleneck_mbps,
         r.queue_bytes,
         r.offered_mbps,
@@ -546,6 +570,8 @@ fn markdown(r: &Report) -> String {
             .map_or(f64::NAN, |i| i.miss_pct[0]),
         r.ideal_without.miss_pct[0],
         r.ideal_without.miss_pct[1],
+        r.ideal_with.miss_pct[0],
+        r.ideal_with.miss_pct[1],
     );
     s.push_str(
         "| condition | type | sent | smoother drops | network lost | late | loss | goodput Mbit/s | RT p50/p99/max us | port drops |\n\
@@ -605,6 +631,7 @@ fn summary(r: &Report) -> serde_json::Value {
         "validity_rt_miss_pct": r.validity_rt_miss_pct,
         "ideal_validity_rt_miss_pct": r.ideal_validity.as_ref().map(|i| i.miss_pct[0]),
         "ideal_rt_loss_pct_without": r.ideal_without.miss_pct[0],
+        "ideal_rt_loss_pct_with": r.ideal_with.miss_pct[0],
         "goal_met": goal,
         "report": r,
     })
