@@ -43,6 +43,9 @@ fuzz_target!(|data: &[u8]| {
                 r.release(slot);
             }
             assert_eq!(r.memory(), memory);
+            // Counted and scanned agree (a debug assertion in `pending`); nothing is
+            // being filled without a time to expire.
+            assert_eq!(r.pending() == 0, r.next_expiry().is_none());
         }
         assert_eq!(covered, d.len());
     }

@@ -52,6 +52,10 @@ pub(super) struct Receiver {
     /// Losses seen from all sources (missing, expired, late real-time), cumulative: every
     /// report carries it, so a source hears of losses in between at its next report.
     losses: u32,
+    /// `losses` when reports last went out: losses since are news to be told on time.
+    told: u32,
+    /// Some source has news for its next report.
+    news: bool,
 }
 
 /// What a report counts as lost: missing, expired and late real-time messages.
@@ -84,6 +88,8 @@ impl Receiver {
             next_report: now + cfg.report_interval,
             out: Vec::with_capacity(cfg.peers),
             losses: 0,
+            told: 0,
+            news: false,
         }
     }
 
@@ -97,8 +103,19 @@ impl Receiver {
         self.reasm.stats()
     }
 
-    pub(super) fn next_timer(&self) -> Instant {
-        self.next_report
+    /// When [`Self::expire`] or [`Self::send_reports`] must run next, if at all: first,
+    /// what is due on time (an incomplete message's deadline; a report telling of losses,
+    /// which a sender's smoother waits for); second, a report that only tells of messages
+    /// delivered, which may leave a little late (one kernel tick: see
+    /// [`super::RtSocket::poll`]).
+    pub(super) fn next_timers(&self) -> (Option<Instant>, Option<Instant>) {
+        let report = self.news.then_some(self.next_report);
+        let urgent = report.filter(|_| self.losses != self.told);
+        let precise = match (self.reasm.next_expiry(), urgent) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        (precise, report)
     }
 
     /// A unit of a datagram (not a report: a fragment, or one message of a bundle) arrived
@@ -153,6 +170,7 @@ impl Receiver {
         let s = source(&mut self.sources, self.cap, src, k, at);
         let before = lost(&s.report);
         count(s, &hdr, late, stats);
+        self.news = true;
         self.losses = self
             .losses
             .wrapping_add(lost(&s.report).wrapping_sub(before));
@@ -184,11 +202,13 @@ impl Receiver {
     fn take_expired(&mut self, _stats: &mut RtStats) {
         let sources = &mut self.sources;
         let losses = &mut self.losses;
+        let news = &mut self.news;
         self.reasm.take_expired(|k, _id| {
             let k = k & !(1 << 62);
             if let Some(s) = sources.iter_mut().find(|s| s.key == k) {
                 s.report.expired = s.report.expired.wrapping_add(1);
                 s.news = true;
+                *news = true;
                 *losses = losses.wrapping_add(1);
             }
         });
@@ -206,6 +226,8 @@ impl Receiver {
             return;
         }
         self.next_report = now + self.interval;
+        self.news = false;
+        self.told = self.losses;
         self.out.clear();
         for s in self.sources.iter_mut().filter(|s| s.news) {
             s.news = false;

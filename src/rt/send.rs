@@ -317,8 +317,8 @@ impl Sender {
     /// When the sender needs time next: the smoother's refresh, room below for a waiting
     /// non-real-time packet (only if credit is not what it waits for), or a queued message's
     /// deadline.
-    pub(super) fn next_timer(&self) -> Instant {
-        let far = Instant::now() + Duration::from_secs(3600);
+    pub(super) fn next_timer(&self, now: Instant) -> Instant {
+        let far = now + Duration::from_secs(3600);
         let refresh = self.smoother.as_ref().map_or(far, |g| g.next_refresh());
         if let Some(t) = self.kernel_full {
             return refresh.min(t + RETRY);

@@ -476,6 +476,98 @@ fn a_source_whose_only_message_never_completes_hears_of_it() {
     assert_eq!((rep.delivered, rep.expired), (0, 1));
 }
 
+/// Polls `b` with `timeout` while another thread reads from `raw` the reports it sends,
+/// until one that `done` accepts (at most 5 s): that report, and how long after the call it
+/// arrived.
+fn poll_for_report(
+    b: &mut RtSocket,
+    raw: &UdpSocket,
+    timeout: Duration,
+    done: impl Fn(&Report) -> bool + Send + 'static,
+) -> (Report, Duration) {
+    let t = Instant::now();
+    let reader = raw.try_clone().unwrap();
+    reader.set_nonblocking(false).unwrap();
+    reader
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let got = std::thread::spawn(move || {
+        let mut r = [0; 64];
+        while let Ok((n, _)) = reader.recv_from(&mut r) {
+            let rep = Report::parse(&r[..n]).expect("a report");
+            if done(&rep) {
+                return Some((rep, t.elapsed()));
+            }
+        }
+        None
+    });
+    while !got.is_finished() && t.elapsed() < Duration::from_secs(6) {
+        b.poll(timeout, |_| {}).unwrap();
+    }
+    got.join().unwrap().expect("such a report within 5 s")
+}
+
+#[test]
+fn a_long_poll_waits_in_the_kernel_yet_keeps_deadlines_and_reports() {
+    // Without a smoother and with nothing queued, no sending timer runs: a long poll waits
+    // in blocking receives, a slice at a time.
+    let cfg = RtConfig {
+        smoother: None,
+        report_interval: Duration::from_millis(2),
+        reassembly_timeout: Duration::from_millis(30),
+        ..RtConfig::default()
+    };
+    let mut b = RtSocket::open(lo(), cfg).unwrap();
+    let dst = b.local_addr().unwrap();
+    let raw = UdpSocket::bind(lo()).unwrap();
+    // Nothing arrives: the poll lasts its timeout, no less and not much more.
+    let t = Instant::now();
+    assert_eq!(b.poll(Duration::from_millis(60), |_| {}).unwrap(), 0);
+    let waited = t.elapsed();
+    assert!(
+        waited >= Duration::from_millis(60) && waited < Duration::from_millis(500),
+        "{waited:?}"
+    );
+    // Messages sent while it waits end the wait. The first is reported at once (no report
+    // was due before it); the second within the report interval after the first.
+    let sender = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        raw.send_to(&fragment(0, 10, 0, 10, 10), dst).unwrap();
+        std::thread::sleep(Duration::from_micros(500));
+        raw.send_to(&fragment(1, 10, 0, 10, 10), dst).unwrap();
+        raw
+    });
+    let t = Instant::now();
+    let mut got = 0;
+    while got < 2 && t.elapsed() < Duration::from_secs(5) {
+        got += b
+            .poll(Duration::from_secs(2), |m| assert_eq!(m.data.len(), 10))
+            .unwrap();
+    }
+    assert_eq!(got, 2);
+    assert!(
+        t.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        t.elapsed()
+    );
+    let raw = sender.join().unwrap();
+    // The second's report, which tells of nothing lost, may leave up to a slice (and a
+    // kernel tick) late, not at the end of the poll.
+    let (rep, took) = poll_for_report(&mut b, &raw, Duration::from_secs(1), |r| r.delivered == 2);
+    assert_eq!(rep.expired, 0);
+    assert!(took < Duration::from_millis(600), "{took:?}");
+    // An incomplete message is dropped at its deadline and its source told, on time,
+    // though the poll would wait longer.
+    raw.send_to(&fragment(2, 1200, 0, 600, 600), dst).unwrap();
+    let (rep, took) = poll_for_report(&mut b, &raw, Duration::from_secs(1), |r| r.expired > 0);
+    assert_eq!((rep.delivered, rep.expired), (2, 1));
+    assert!(
+        took >= Duration::from_millis(29) && took < Duration::from_millis(600),
+        "{took:?}"
+    );
+    assert_eq!(b.stats().reassembly.expired, 1);
+}
+
 #[test]
 fn a_corked_burst_leaves_bundled_and_arrives_whole_in_order() {
     let cfg = RtConfig {

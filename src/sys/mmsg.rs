@@ -38,6 +38,7 @@ use serde::Serialize;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Bytes of control messages per message: on send a segment size, a TOS and a priority;
@@ -163,11 +164,96 @@ impl Mmsg {
         self.core.mark = mark;
     }
 
+    /// Makes `mark` the socket's own (IP_TOS or IPV6_TCLASS, and SO_PRIORITY if it has
+    /// one): datagrams sent with that mark then carry no control message for it (cheaper
+    /// for the kernel), and the others carry the unmarked values (TOS 0, priority 0) in
+    /// theirs. Only for a mark whose fields the kernel also takes per message.
+    pub(crate) fn set_default_mark(&mut self, mark: Mark) -> io::Result<()> {
+        let c = &mut self.core;
+        let (level, ty) = if c.v6 {
+            (libc::IPPROTO_IPV6, libc::IPV6_TCLASS)
+        } else {
+            (libc::IPPROTO_IP, libc::IP_TOS)
+        };
+        setsockopt_int(&c.sock, level, ty, libc::c_int::from(mark.tos))?;
+        if let Some(p) = mark.priority {
+            if let Err(e) = setsockopt_int(&c.sock, libc::SOL_SOCKET, libc::SO_PRIORITY, p as _) {
+                let _ = setsockopt_int(&c.sock, level, ty, 0);
+                return Err(e);
+            }
+        }
+        c.default_mark = Some(mark);
+        Ok(())
+    }
+
     /// With `nowait`, a send that finds the socket buffer full returns at once, telling how
     /// many datagrams went (whole runs: the rest of a run cut short is not counted as sent),
     /// instead of waiting for room.
     pub(crate) fn set_send_nowait(&mut self, nowait: bool) {
         self.core.send_nowait = nowait;
+    }
+
+    /// Lets [`Self::recv_slice`] wait in the kernel's receive itself, up to `slice` at a
+    /// time: the socket is made blocking with that receive timeout (every other call passes
+    /// MSG_DONTWAIT). A blocking receive costs one system call where a wait costs two
+    /// (`ppoll`, then `recvmmsg`) and no high-resolution timer, but its timeout counts in
+    /// the kernel's ticks: it may end up to one tick (at most 10 ms) late.
+    pub(crate) fn enable_slices(&mut self, slice: Duration) -> io::Result<()> {
+        self.core
+            .sock
+            .set_read_timeout(Some(slice.max(Duration::from_micros(1))))?;
+        self.core.sock.set_nonblocking(false)?;
+        self.core.slice = Some(slice);
+        Ok(())
+    }
+
+    /// The slice [`Self::recv_slice`] waits at most (plus a kernel tick), when it can be
+    /// used: slices enabled and no waker handed out (a blocking receive does not see one).
+    pub(crate) fn slice(&self) -> Option<Duration> {
+        self.core
+            .slice
+            .filter(|_| !self.core.wake_shared.load(Ordering::Relaxed))
+    }
+
+    /// One blocking `recvmmsg` (MSG_WAITFORONE), called at `before`: returns what arrived,
+    /// or an empty batch when the slice ran out first (or a signal or an ICMP error ended
+    /// the wait). Without slices enabled it does not wait.
+    ///
+    /// It asks for as many messages as the last call suggests: each header offered costs
+    /// the kernel a copy and a look at the queue even when nothing is there, which for one
+    /// small message at a time is a tenth of the receive. One message that arrived after
+    /// the call began (by its kernel timestamp) woke a wait on an empty queue: ask for one
+    /// next time. A full batch doubles the next; a short one (the queue drained) sets it.
+    pub(crate) fn recv_slice(&mut self, before: Instant) -> io::Result<RxBatch<'_>> {
+        let c = &mut self.core;
+        c.rx_metas.clear();
+        c.set_gro(true);
+        let flags = if c.slice.is_some() {
+            libc::MSG_WAITFORONE
+        } else {
+            libc::MSG_DONTWAIT
+        };
+        let asked = c.slice_ask.clamp(1, RX_SLOTS);
+        match c.recvmmsg_n(asked, false, flags) {
+            Ok(n) => {
+                let clocks = (Instant::now(), SystemTime::now());
+                c.unpack(n, clocks);
+                let woke = n == 1
+                    && c.rx_metas.len() == 1
+                    && c.rx_metas[0].at.is_some_and(|at| at >= before);
+                c.slice_ask = if n < asked || woke {
+                    n.max(1)
+                } else {
+                    asked * 2
+                };
+            }
+            Err(libc::EAGAIN | libc::EINTR) => {}
+            Err(libc::ECONNREFUSED | libc::ECONNRESET | libc::EHOSTUNREACH | libc::ENETUNREACH) => {
+                c.stats.recv_errors += 1
+            }
+            Err(e) => return Err(io::Error::from_raw_os_error(e)),
+        }
+        Ok(RxBatch::new(&c.rx.buf, &c.rx_metas))
     }
 
     /// Bytes of the message arrays and the receive buffer, allocated at bind.
@@ -314,8 +400,17 @@ struct Core {
     zc: Option<Completions>,
     /// The mark of the datagrams sent from now on, if any.
     mark: Option<Mark>,
+    /// The socket's own mark, if it has one ([`Mmsg::set_default_mark`]).
+    default_mark: Option<Mark>,
     /// A full socket buffer ends a send early instead of being waited out.
     send_nowait: bool,
+    /// The socket blocks (every call but [`Mmsg::recv_slice`] passes MSG_DONTWAIT) and a
+    /// blocking receive gives up after this long (SO_RCVTIMEO).
+    slice: Option<Duration>,
+    /// Messages the next [`Mmsg::recv_slice`] asks for.
+    slice_ask: usize,
+    /// A waker was handed out: waits must watch its eventfd too.
+    wake_shared: AtomicBool,
     stats: DatapathStats,
     tx: TxArrays,
     rx: RxArrays,
@@ -385,12 +480,19 @@ struct RxArrays {
     addrs: Vec<RawAddr>,
     ctrls: Vec<Ctrl>,
     buf: Vec<u8>,
+    /// The headers point at their iovecs, addresses and control buffers: `Some(split)` for
+    /// the split receive's iovecs or (false) the slots'. `None`: not yet.
+    prepped: Option<bool>,
+    /// Headers the kernel may have written since they were last reset (their lengths and
+    /// flags): only these are reset before the next call.
+    dirty: usize,
 }
 
 // SAFETY: the raw pointers in the headers and iovecs point only into buffers owned by the
-// same struct (heap allocations that move with it) or, during one `send`, `send_gather` or
-// `recv_split` call, into the caller's buffers; they are rewritten before every system call and never dereferenced by
-// this code, so moving the arrays to another thread is sound.
+// same struct (heap allocations that move with it, never reallocated) or, during one
+// `send`, `send_gather` or `recv_split` call, into the caller's buffers (rewritten before
+// each such call); they are never dereferenced by this code, so moving the arrays to
+// another thread is sound.
 unsafe impl Send for TxArrays {}
 // SAFETY: as for `TxArrays`: the pointers target the struct's own heap buffers only.
 unsafe impl Send for RxArrays {}
@@ -468,7 +570,11 @@ impl Core {
             gro_on: gro,
             zc,
             mark: None,
+            default_mark: None,
             send_nowait: false,
+            slice: None,
+            slice_ask: RX_SLOTS,
+            wake_shared: AtomicBool::new(false),
             stats: DatapathStats::default(),
             tx: TxArrays {
                 hdrs: vec![zeroed_mmsghdr(); TX_MSGS],
@@ -486,6 +592,8 @@ impl Core {
                 addrs: vec![RawAddr([0; 28]); RX_SLOTS],
                 ctrls: vec![Ctrl([0; CTRL_LEN]); RX_SLOTS],
                 buf: vec![0; RX_SLOTS * RX_SLOT],
+                prepped: None,
+                dirty: 0,
             },
             // A GRO batch of RX_SLOT bytes splits into at most RX_SLOT datagrams of 1 byte;
             // more than a few per slot is rare, so start with room for 64 per slot.
@@ -498,6 +606,7 @@ impl Core {
     }
 
     fn waker(&self) -> io::Result<Waker> {
+        self.wake_shared.store(true, Ordering::Relaxed);
         Ok(self.wake.waker())
     }
 
@@ -517,7 +626,13 @@ impl Core {
             PollFd::new(&self.sock, flags),
             PollFd::from_borrowed_fd(self.wake.fd(), PollFlags::IN),
         ];
-        let n = if flags.contains(PollFlags::IN) { 2 } else { 1 };
+        // Nobody can wake a waker never handed out: one descriptor is cheaper to poll.
+        let woken_too = self.wake_shared.load(Ordering::Relaxed);
+        let n = if flags.contains(PollFlags::IN) && woken_too {
+            2
+        } else {
+            1
+        };
         self.stats.syscalls += 1;
         match poll(&mut fds[..n], ts.as_ref()) {
             Ok(0) => Ok(Some(PollFlags::empty())),
@@ -582,10 +697,11 @@ impl Core {
     }
 
     fn send_runs(&mut self, src: Src<'_>, txs: &[Tx]) -> io::Result<usize> {
+        // MSG_DONTWAIT: the socket itself blocks when receives may wait in the kernel.
         let flags = if self.zc.is_some() {
-            libc::MSG_ZEROCOPY
+            libc::MSG_ZEROCOPY | libc::MSG_DONTWAIT
         } else {
-            0
+            libc::MSG_DONTWAIT
         };
         let mut cur = Cursor { tx: 0, seg: 0 };
         let mut retried_at = None;
@@ -762,7 +878,17 @@ impl Core {
                     &(seg as u16).to_ne_bytes(),
                 );
             }
-            if let Some(m) = self.mark {
+            // The mark as control data, unless it is the socket's own; without one, the
+            // socket's own undone.
+            let mark = match self.default_mark {
+                None => self.mark,
+                Some(own) if self.mark == Some(own) => None,
+                Some(own) => Some(self.mark.unwrap_or(Mark {
+                    tos: 0,
+                    priority: own.priority.map(|_| 0),
+                })),
+            };
+            if let Some(m) = mark {
                 let (level, ty) = if self.v6 {
                     (libc::IPPROTO_IPV6, libc::IPV6_TCLASS)
                 } else {
@@ -1019,60 +1145,82 @@ impl Core {
                 iov_len: bufs[i].len(),
             };
         }
-        self.recvmmsg_n(n, true)
+        self.recvmmsg_n(n, true, libc::MSG_DONTWAIT)
     }
 
     /// One non-blocking `recvmmsg` into all slots: how many messages, or the errno.
     fn recvmmsg(&mut self) -> Result<usize, libc::c_int> {
-        let r = &mut self.rx;
-        for i in 0..RX_SLOTS {
-            r.iovs[i] = libc::iovec {
-                iov_base: r.buf[i * RX_SLOT..].as_mut_ptr().cast(),
-                iov_len: RX_SLOT,
-            };
-        }
-        self.recvmmsg_n(RX_SLOTS, false)
+        self.recvmmsg_n(RX_SLOTS, false, libc::MSG_DONTWAIT)
     }
 
-    /// Points headers `0..n` at their iovecs (`iovs[i]`, or with `split` the two at
-    /// `siovs[2 * i]`), written by the caller, and at their own address and control buffers,
-    /// then makes one non-blocking `recvmmsg`: how many messages, or the errno.
-    fn recvmmsg_n(&mut self, n: usize, split: bool) -> Result<usize, libc::c_int> {
+    /// Points headers `0..n` at their iovecs (`iovs[i]`, pointing at slot `i` of the
+    /// receive buffer, or with `split` the two at `siovs[2 * i]`, written by the caller) and
+    /// at their own address and control buffers, then makes one `recvmmsg` with `flags`:
+    /// how many messages, or the errno. The pointers are written when the kind of receive
+    /// changes; otherwise only the fields the kernel wrote are reset, in the headers it used.
+    fn recvmmsg_n(
+        &mut self,
+        n: usize,
+        split: bool,
+        flags: libc::c_int,
+    ) -> Result<usize, libc::c_int> {
         let r = &mut self.rx;
         let n = n.min(RX_SLOTS);
-        // The iovec pointers are taken after the arrays are written, from one pointer each.
-        let (iovs, per) = if split {
-            (r.siovs.as_mut_ptr(), 2)
+        let reset = if r.prepped == Some(split) {
+            r.dirty.min(RX_SLOTS)
         } else {
-            (r.iovs.as_mut_ptr(), 1)
+            if !split {
+                for i in 0..RX_SLOTS {
+                    r.iovs[i] = libc::iovec {
+                        iov_base: r.buf[i * RX_SLOT..].as_mut_ptr().cast(),
+                        iov_len: RX_SLOT,
+                    };
+                }
+            }
+            // The iovec pointers are taken after the arrays are written, from one pointer
+            // each.
+            let (iovs, per) = if split {
+                (r.siovs.as_mut_ptr(), 2)
+            } else {
+                (r.iovs.as_mut_ptr(), 1)
+            };
+            for i in 0..RX_SLOTS {
+                let h = &mut r.hdrs[i].msg_hdr;
+                h.msg_name = r.addrs[i].0.as_mut_ptr().cast();
+                // SAFETY: per * i + per - 1 < per * RX_SLOTS, the length of the array: in
+                // bounds.
+                h.msg_iov = unsafe { iovs.add(per * i) };
+                h.msg_iovlen = per as _;
+                h.msg_control = r.ctrls[i].0.as_mut_ptr().cast();
+            }
+            r.prepped = Some(split);
+            RX_SLOTS
         };
-        for i in 0..n {
+        for i in 0..reset {
             let h = &mut r.hdrs[i];
             h.msg_len = 0;
-            h.msg_hdr.msg_name = r.addrs[i].0.as_mut_ptr().cast();
             h.msg_hdr.msg_namelen = r.addrs[i].0.len() as libc::socklen_t;
-            // SAFETY: per * i + per - 1 < per * RX_SLOTS, the length of the array: in bounds.
-            h.msg_hdr.msg_iov = unsafe { iovs.add(per * i) };
-            h.msg_hdr.msg_iovlen = per as _;
-            h.msg_hdr.msg_control = r.ctrls[i].0.as_mut_ptr().cast();
             h.msg_hdr.msg_controllen = r.ctrls[i].0.len() as _;
             h.msg_hdr.msg_flags = 0;
         }
         self.stats.syscalls += 1;
-        // SAFETY: header `i` (i < n) points at its iovecs, which the callers wrote just before
-        // this call to point at memory of their lengths that nothing else uses during it: a
-        // slot of `self.rx.buf` (RX_SLOT bytes), or `heads[i]` and `bufs[i]`, exclusively
-        // borrowed by `recv_split` for the call; and at its own address and control buffers
-        // in `self.rx`, with their true lengths. The kernel writes at most those lengths.
+        // SAFETY: every header points at its iovecs (the slots' own, written above once and
+        // never changed, each a slot of `self.rx.buf` of RX_SLOT bytes; or the split ones,
+        // which `recvmmsg_split` wrote just before this call to point at `heads[i]` and
+        // `bufs[i]`, exclusively borrowed for the call) and at its own address and control
+        // buffers in `self.rx`, with their true lengths (reset above wherever the kernel
+        // wrote them). The kernel writes at most those lengths, into the first `n` headers.
         let got = unsafe {
             libc::recvmmsg(
                 self.sock.as_raw_fd(),
                 r.hdrs.as_mut_ptr(),
                 n as libc::c_uint,
-                libc::MSG_DONTWAIT,
+                flags,
                 std::ptr::null_mut(),
             )
         };
+        // The kernel wrote back the headers of the messages it returned (none on an error).
+        r.dirty = (got.max(0) as usize + 1).min(n);
         if got >= 0 {
             Ok(got as usize)
         } else {
@@ -1800,6 +1948,58 @@ mod tests {
     }
 
     #[test]
+    fn sliced_receives_block_in_the_kernel_and_ask_for_what_comes() {
+        let mut a = Mmsg::bind(lo(), true).unwrap();
+        a.enable_slices(Duration::from_millis(5)).unwrap();
+        assert_eq!(a.slice(), Some(Duration::from_millis(5)));
+        let mut b = Mmsg::bind(lo(), false).unwrap();
+        let dst = a.local_addr().unwrap();
+        // Nothing comes: the slice runs out (a kernel tick or two later at most).
+        let start = Instant::now();
+        assert!(a.recv_slice(start).unwrap().is_empty());
+        let waited = start.elapsed();
+        assert!(
+            waited >= Duration::from_millis(4) && waited < Duration::from_secs(1),
+            "{waited:?}"
+        );
+        // Three datagrams queued: one call takes them all, and the next asks for three.
+        let buf = pattern(300);
+        let txs: Vec<Tx> = (0..3).map(|i| Tx::single(dst, i * 100, 100)).collect();
+        assert_eq!(b.send(&buf, &txs).unwrap(), 3);
+        std::thread::sleep(Duration::from_millis(20));
+        let start = Instant::now();
+        let got: Vec<Vec<u8>> = a
+            .recv_slice(start)
+            .unwrap()
+            .iter()
+            .map(|(_, d)| d.to_vec())
+            .collect();
+        assert_eq!(got, [&buf[..100], &buf[100..200], &buf[200..]]);
+        assert_eq!(a.core.slice_ask, 3);
+        // One datagram that arrives during the wait: the next asks for one.
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(2));
+            b.send(&[7; 10], &[Tx::single(dst, 0, 10)]).unwrap();
+            b
+        });
+        let start = Instant::now();
+        let mut n = 0;
+        while n == 0 && start.elapsed() < Duration::from_secs(2) {
+            n = a.recv_slice(start).unwrap().len();
+        }
+        assert_eq!(n, 1);
+        assert_eq!(a.core.slice_ask, 1);
+        t.join().unwrap();
+        // A waker handed out: a blocking receive would not see it, so no slices.
+        let _w = a.waker().unwrap();
+        assert_eq!(a.slice(), None);
+        // The ordinary receive still works on the blocking socket, and still times out.
+        let start = Instant::now();
+        assert!(a.recv(Some(Duration::from_millis(20))).unwrap().is_empty());
+        assert!(start.elapsed() >= Duration::from_millis(20));
+    }
+
+    #[test]
     fn run_outside_the_buffer_is_refused() {
         let mut a = Mmsg::bind(lo(), true).unwrap();
         let dst = a.local_addr().unwrap();
@@ -1810,9 +2010,22 @@ mod tests {
 
     #[test]
     fn unread_receiver_does_not_block_the_sender() {
-        // A receiver that never reads: its queue overflows and the kernel drops; the sender
-        // neither blocks for good nor loses count (EAGAIN, if any, is waited out).
+        unread_receiver_does_not_block(false);
+    }
+
+    #[test]
+    fn unread_receiver_does_not_block_a_sender_whose_socket_blocks() {
+        unread_receiver_does_not_block(true);
+    }
+
+    /// A receiver that never reads: its queue overflows and the kernel drops; the sender
+    /// (with `sliced`, on a socket made blocking for its receives) neither blocks for good
+    /// nor loses count (EAGAIN, if any, is waited out).
+    fn unread_receiver_does_not_block(sliced: bool) {
         let mut a = Mmsg::bind(lo(), true).unwrap();
+        if sliced {
+            a.enable_slices(Duration::from_millis(5)).unwrap();
+        }
         let b = Mmsg::bind(lo(), true).unwrap();
         let dst = b.local_addr().unwrap();
         let run = 1472 * 44;

@@ -154,6 +154,9 @@ pub struct Reassembler {
     /// Messages expired since the caller last took them: source and id (at most `slots`;
     /// more are counted in the stats only).
     expired_log: Vec<(u64, u32)>,
+    /// Slots being filled (messages of one fragment never take one: with none, nothing can
+    /// expire and no slot needs a look).
+    filling: usize,
     stats: ReassemblyStats,
 }
 
@@ -198,6 +201,7 @@ impl Reassembler {
             recent_len: 0,
             recent_at: 0,
             expired_log: Vec::with_capacity(cfg.slots),
+            filling: 0,
             stats: ReassemblyStats::default(),
             cfg,
         }
@@ -276,6 +280,7 @@ impl Reassembler {
                 } else {
                     self.cfg.timeout
                 };
+                self.filling += 1;
                 self.slots[i] = Slot {
                     state: State::Filling,
                     src,
@@ -305,6 +310,7 @@ impl Reassembler {
             return Ok(Outcome::Partial);
         }
         s.state = State::Done;
+        self.filling -= 1;
         self.stats.completed += 1;
         self.remember(src, h.msg_id);
         Ok(Outcome::Complete(SlotId(i)))
@@ -351,6 +357,7 @@ impl Reassembler {
             .min_by_key(|(_, s)| s.first_at)?;
         let s = &mut self.slots[i];
         s.state = State::Free;
+        self.filling -= 1;
         self.stats.evicted += 1;
         self.stats.expired_fragments += u64::from(s.have);
         if self.expired_log.len() < self.expired_log.capacity() {
@@ -361,9 +368,13 @@ impl Reassembler {
 
     /// Drops, and counts, every message not complete by its deadline.
     pub fn expire(&mut self, now: Instant) {
+        if self.filling == 0 {
+            return;
+        }
         for s in &mut self.slots {
             if s.state == State::Filling && s.expires.is_none_or(|t| now >= t) {
                 s.state = State::Free;
+                self.filling -= 1;
                 self.stats.expired += 1;
                 self.stats.expired_fragments += u64::from(s.have);
                 if self.expired_log.len() < self.expired_log.capacity() {
@@ -382,12 +393,28 @@ impl Reassembler {
         }
     }
 
-    /// Messages being filled.
-    pub fn pending(&self) -> usize {
+    /// When [`Self::expire`] next drops a message (`None`: none is being filled).
+    pub fn next_expiry(&self) -> Option<Instant> {
+        if self.filling == 0 {
+            return None;
+        }
         self.slots
             .iter()
             .filter(|s| s.state == State::Filling)
-            .count()
+            .filter_map(|s| s.expires.or(s.first_at))
+            .min()
+    }
+
+    /// Messages being filled.
+    pub fn pending(&self) -> usize {
+        debug_assert_eq!(
+            self.filling,
+            self.slots
+                .iter()
+                .filter(|s| s.state == State::Filling)
+                .count()
+        );
+        self.filling
     }
 }
 
@@ -477,13 +504,16 @@ mod tests {
         let t = Instant::now();
         let msg = message(5000, 2);
         let frags = fragments(3, &msg, 1000, 2000);
+        assert_eq!(r.next_expiry(), None);
         for d in &frags[1..] {
             assert_eq!(r.insert(t, 1, d), Ok(Outcome::Partial));
         }
+        assert_eq!(r.next_expiry(), Some(t + Duration::from_micros(2000)));
         r.expire(t + Duration::from_micros(1999));
         assert_eq!(r.pending(), 1);
         r.expire(t + Duration::from_micros(2000));
         assert_eq!(r.pending(), 0);
+        assert_eq!(r.next_expiry(), None);
         let st = r.stats();
         assert_eq!((st.expired, st.expired_fragments, st.completed), (1, 4, 0));
         // The missing fragment, late: a new message that never completes either.
