@@ -347,3 +347,53 @@ fn real_time_beside_bulk_srt_bench_runs_without_and_with_the_process_smoother() 
     );
     assert!(!netns_list().contains("rtmix"), "the emulator is gone");
 }
+
+#[test]
+fn a_bench_stopped_by_a_signal_takes_its_emulators_down() {
+    if !root_test("a_bench_stopped_by_a_signal_takes_its_emulators_down") {
+        return;
+    }
+    let _serial = serial();
+    // SIGTERM during the link-emulated run of rtpp, SIGINT during rtmix's: each leaves
+    // nothing behind and ends with 128 plus the signal's number.
+    for (bench, prefix, sig, status) in [
+        (
+            &["bench", "rtpp", "--paths", "netem100", "--iters", "100000"][..],
+            "rtpp",
+            libc::SIGTERM,
+            143,
+        ),
+        (
+            &["bench", "rtmix", "--seconds", "60"][..],
+            "rtmix",
+            libc::SIGINT,
+            130,
+        ),
+    ] {
+        let p = Proc::spawn(bench[1], Command::new(BIN).args(bench));
+        let name = format!("{prefix}{}", p.id());
+        let state = std::path::Path::new("/run/slipstream/netem").join(&name);
+        let t = std::time::Instant::now();
+        while !state.join("info.json").exists() {
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "{name} never came up"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        p.signal(sig);
+        let out = p.finish(Duration::from_secs(20)).unwrap();
+        assert_eq!(out.status.code(), Some(status), "{}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains(&format!("removed: emulator {name}")),
+            "{}",
+            text(&out.stderr)
+        );
+        assert!(!state.exists(), "{name}'s state is gone");
+        assert!(
+            !netns_list().contains(&name),
+            "{name}'s namespaces are gone"
+        );
+    }
+}

@@ -27,6 +27,7 @@ use std::net::Ipv4Addr;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 pub use state::{state_dir, STATE_ROOT};
@@ -126,6 +127,34 @@ fn netns_exists(ns: &str) -> bool {
     Path::new("/var/run/netns").join(ns).exists()
 }
 
+/// Emulators this process began to make ([`up`], [`switch_up`]) and has not taken down.
+static MADE: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Notes that this process made emulator `name` (`true`) or took it down (`false`).
+fn made(name: &str, yes: bool) {
+    let mut m = MADE.lock().unwrap_or_else(|e| e.into_inner());
+    m.retain(|n| n != name);
+    if yes {
+        m.push(name.to_string());
+    }
+}
+
+/// Takes down every emulator, and removes every veth pair's namespaces, that this process
+/// made and still has: for a process ending on a signal, whose guards do not run. Returns
+/// one line for each, saying what was removed or what failed.
+pub fn remove_made() -> Vec<String> {
+    let names = std::mem::take(&mut *MADE.lock().unwrap_or_else(|e| e.into_inner()));
+    let mut out: Vec<String> = names
+        .into_iter()
+        .map(|n| match down(&n) {
+            Ok(_) => format!("emulator {n}"),
+            Err(e) => format!("emulator {n}: {e}"),
+        })
+        .collect();
+    out.extend(netns::remove_made());
+    out
+}
+
 /// Creates emulator `name` and starts its forwarder in the background. `exe` is the
 /// slipstream binary, run as `exe netem run ...` for the forwarder. On error, whatever was
 /// created is removed again.
@@ -159,6 +188,7 @@ pub fn up(name: &str, spec: &Spec, exe: &Path) -> Result<Info, String> {
         }
     }
     fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    made(name, true);
     // From here on, a failure removes everything `down` knows how to remove.
     let mut guard = Teardown(Some(name.to_string()));
     for ns in [&ns_a, &ns_b] {
@@ -317,6 +347,7 @@ pub fn down(name: &str) -> Result<Removed, String> {
         return Err(errors.join("; "));
     }
     fs::remove_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    made(name, false);
     Ok(removed)
 }
 

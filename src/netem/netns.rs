@@ -13,11 +13,36 @@ use std::net::Ipv4Addr;
 use std::os::fd::AsFd;
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
 
 /// Prefix of the namespaces this module creates: `ssd<pid>_<n>a` / `ssd<pid>_<n>b`.
 const PREFIX: &str = "ssd";
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// Namespaces of veth pairs this process made and has not removed.
+static MADE: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+fn made(ns: &str, yes: bool) {
+    let mut m = MADE.lock().unwrap_or_else(|e| e.into_inner());
+    m.retain(|n| n != ns);
+    if yes {
+        m.push(ns.to_string());
+    }
+}
+
+/// Removes the namespaces of every veth pair this process made and still has (see
+/// [`super::remove_made`]): one line for each.
+pub(crate) fn remove_made() -> Vec<String> {
+    let names = std::mem::take(&mut *MADE.lock().unwrap_or_else(|e| e.into_inner()));
+    names
+        .into_iter()
+        .map(|ns| match ip(&["netns", "del", &ns]) {
+            Ok(()) => format!("namespace {ns}"),
+            Err(e) => format!("namespace {ns}: {e}"),
+        })
+        .collect()
+}
 
 /// Two network namespaces joined by a veth pair, removed on drop.
 #[derive(Debug)]
@@ -66,6 +91,7 @@ impl VethPair {
         let dev_b = format!("vs{pid:x}x{}b", n % 100);
         for ns in [pair.ns_a.clone(), pair.ns_b.clone()] {
             ip(&["netns", "add", &ns])?;
+            made(&ns, true);
             pair.created.push(ns);
         }
         let (a, b) = (pair.ns_a.clone(), pair.ns_b.clone());
@@ -110,8 +136,9 @@ impl VethPair {
 impl Drop for VethPair {
     fn drop(&mut self) {
         for ns in self.created.drain(..) {
-            if let Err(e) = ip(&["netns", "del", &ns]) {
-                eprintln!("warning: could not remove network namespace {ns}: {e}");
+            match ip(&["netns", "del", &ns]) {
+                Ok(()) => made(&ns, false),
+                Err(e) => eprintln!("warning: could not remove network namespace {ns}: {e}"),
             }
         }
     }

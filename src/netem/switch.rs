@@ -111,6 +111,7 @@ pub fn switch_up(name: &str, spec: &SwitchSpec, exe: &Path) -> Result<SwitchInfo
         ));
     }
     fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    super::made(name, true);
     let mut guard = Teardown(Some(name.to_string()));
     state::write(name, state::HOSTS, &spec.hosts.to_string())?;
     for ns in &names {

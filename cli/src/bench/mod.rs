@@ -166,6 +166,7 @@ pub struct TableArgs {
 
 /// Runs a `bench` subcommand.
 pub fn run(cmd: BenchCmd) -> Result<(), String> {
+    remove_made_on_signal();
     match cmd {
         BenchCmd::Dgram(a) => run_dgram(a),
         BenchCmd::DgramTable(a) => table::run(&table::TableConfig {
@@ -197,6 +198,32 @@ pub fn run(cmd: BenchCmd) -> Result<(), String> {
         BenchCmd::ConnsServer(a) => conns::run_server(&a),
         BenchCmd::ConnsClient(a) => conns::run_client(&a),
     }
+}
+
+/// A bench ended by SIGINT or SIGTERM would leave behind the emulators and namespaces it
+/// made (their guards run only when the bench returns or unwinds): a watcher takes them down
+/// and ends the process with 128 plus the signal's number.
+fn remove_made_on_signal() {
+    if let Err(e) = slipstream::signal::install_stop_handler() {
+        eprintln!("warning: no signal handler ({e}): a bench stopped by a signal leaves its emulators behind");
+        return;
+    }
+    std::thread::spawn(|| loop {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        if slipstream::signal::stop_requested() {
+            let sig = slipstream::signal::stop_signal().unwrap_or("a signal");
+            let removed = slipstream::netem::remove_made();
+            if removed.is_empty() {
+                eprintln!("bench interrupted by {sig}");
+            } else {
+                eprintln!(
+                    "bench interrupted by {sig}; removed: {}",
+                    removed.join(", ")
+                );
+            }
+            std::process::exit(if sig == "SIGTERM" { 143 } else { 130 });
+        }
+    });
 }
 
 fn run_netem(a: NetemArgs) -> Result<(), String> {

@@ -70,6 +70,18 @@ impl Proc {
         }
     }
 
+    /// Its process id.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends it signal `sig`.
+    pub fn signal(&self, sig: i32) {
+        let _ = Command::new("kill")
+            .args([format!("-{sig}"), self.child.id().to_string()])
+            .status();
+    }
+
     /// Waits at most `limit`: the output, or an error naming the process with what it printed.
     pub fn finish(mut self, limit: Duration) -> Result<Output, String> {
         let end = Instant::now() + limit;
