@@ -1882,6 +1882,66 @@ mod tests {
     }
 
     #[test]
+    fn every_receive_keeps_its_addresses_and_control_data() {
+        // Headers are reset only where the kernel wrote them: batches of changing sizes,
+        // through both receives and a split one in between, each datagram with its source,
+        // its bytes and its timestamp.
+        let mut a = Mmsg::bind(lo(), true).unwrap();
+        let mut b = Mmsg::bind(lo(), false).unwrap();
+        b.enable_slices(Duration::from_millis(5)).unwrap();
+        let (src, dst) = (a.local_addr().unwrap(), b.local_addr().unwrap());
+        let buf = pattern(64 * 100);
+        for (round, n) in [5usize, 1, 64, 3, 64, 2, 1, 7].into_iter().enumerate() {
+            let txs: Vec<Tx> = (0..n).map(|i| Tx::single(dst, i * 100, 100)).collect();
+            assert_eq!(a.send(&buf, &txs).unwrap(), n);
+            std::thread::sleep(Duration::from_millis(5));
+            let mut got = Vec::new();
+            let end = Instant::now() + Duration::from_secs(2);
+            while got.len() < n && Instant::now() < end {
+                if round == 3 {
+                    let mut heads = vec![[0u8; SPLIT_HEAD]; 8];
+                    let mut bufs = vec![vec![0u8; 100]; 8];
+                    let mut out = Vec::new();
+                    b.recv_split(
+                        Some(Duration::from_millis(100)),
+                        &mut heads,
+                        &mut bufs,
+                        &mut out,
+                    )
+                    .unwrap();
+                    for r in &out {
+                        let mut d = heads[r.index][..SPLIT_HEAD.min(r.len)].to_vec();
+                        d.extend_from_slice(&bufs[r.index][..r.len.saturating_sub(SPLIT_HEAD)]);
+                        got.push((r.src, d, r.at.is_some()));
+                    }
+                    continue;
+                }
+                let batch = if round % 2 == 0 {
+                    b.recv(Some(Duration::from_millis(100))).unwrap()
+                } else {
+                    b.recv_slice(Instant::now()).unwrap()
+                };
+                got.extend(
+                    batch
+                        .iter_timed()
+                        .zip(batch.iter())
+                        .map(|((_, d, at), (s, _))| (s, d.to_vec(), at.is_some())),
+                );
+            }
+            assert_eq!(got.len(), n, "round {round}");
+            for (i, (s, d, timed)) in got.iter().enumerate() {
+                assert_eq!(*s, src, "round {round}");
+                assert_eq!(
+                    &d[..],
+                    &buf[i * 100..i * 100 + 100],
+                    "round {round}, datagram {i}"
+                );
+                assert!(timed, "round {round}, datagram {i}: no timestamp");
+            }
+        }
+    }
+
+    #[test]
     fn receive_timestamps_out_of_reason_are_ignored() {
         let now = (Instant::now(), SystemTime::now());
         let stamp = |age: Duration| {
