@@ -27,7 +27,6 @@ use std::net::Ipv4Addr;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 pub use state::{state_dir, STATE_ROOT};
@@ -128,23 +127,19 @@ fn netns_exists(ns: &str) -> bool {
 }
 
 /// Emulators this process began to make ([`up`], [`switch_up`]) and has not taken down.
-static MADE: Mutex<Vec<String>> = Mutex::new(Vec::new());
+static MADE: netns::Made = netns::Made::new();
 
 /// Notes that this process made emulator `name` (`true`) or took it down (`false`).
 fn made(name: &str, yes: bool) {
-    let mut m = MADE.lock().unwrap_or_else(|e| e.into_inner());
-    m.retain(|n| n != name);
-    if yes {
-        m.push(name.to_string());
-    }
+    MADE.note(name, yes);
 }
 
 /// Takes down every emulator, and removes every veth pair's namespaces, that this process
 /// made and still has: for a process ending on a signal, whose guards do not run. Returns
 /// one line for each, saying what was removed or what failed.
 pub fn remove_made() -> Vec<String> {
-    let names = std::mem::take(&mut *MADE.lock().unwrap_or_else(|e| e.into_inner()));
-    let mut out: Vec<String> = names
+    let mut out: Vec<String> = MADE
+        .take()
         .into_iter()
         .map(|n| match down(&n) {
             Ok(_) => format!("emulator {n}"),

@@ -20,22 +20,37 @@ const PREFIX: &str = "ssd";
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
-/// Namespaces of veth pairs this process made and has not removed.
-static MADE: Mutex<Vec<String>> = Mutex::new(Vec::new());
+/// Names of what this process made (emulators, namespaces) and has not removed yet: what a
+/// process ending on a signal must remove itself, its guards not running.
+pub(crate) struct Made(Mutex<Vec<String>>);
 
-fn made(ns: &str, yes: bool) {
-    let mut m = MADE.lock().unwrap_or_else(|e| e.into_inner());
-    m.retain(|n| n != ns);
-    if yes {
-        m.push(ns.to_string());
+impl Made {
+    pub(crate) const fn new() -> Made {
+        Made(Mutex::new(Vec::new()))
+    }
+
+    /// Notes that `name` was made (`true`) or removed (`false`).
+    pub(crate) fn note(&self, name: &str, made: bool) {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        m.retain(|n| n != name);
+        if made {
+            m.push(name.to_string());
+        }
+    }
+
+    /// Every name noted as made and not removed, forgotten here.
+    pub(crate) fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
+
+/// Namespaces of veth pairs this process made and has not removed.
+static MADE: Made = Made::new();
 
 /// Removes the namespaces of every veth pair this process made and still has (see
 /// [`super::remove_made`]): one line for each.
 pub(crate) fn remove_made() -> Vec<String> {
-    let names = std::mem::take(&mut *MADE.lock().unwrap_or_else(|e| e.into_inner()));
-    names
+    MADE.take()
         .into_iter()
         .map(|ns| match ip(&["netns", "del", &ns]) {
             Ok(()) => format!("namespace {ns}"),
@@ -91,7 +106,7 @@ impl VethPair {
         let dev_b = format!("vs{pid:x}x{}b", n % 100);
         for ns in [pair.ns_a.clone(), pair.ns_b.clone()] {
             ip(&["netns", "add", &ns])?;
-            made(&ns, true);
+            MADE.note(&ns, true);
             pair.created.push(ns);
         }
         let (a, b) = (pair.ns_a.clone(), pair.ns_b.clone());
@@ -137,7 +152,7 @@ impl Drop for VethPair {
     fn drop(&mut self) {
         for ns in self.created.drain(..) {
             match ip(&["netns", "del", &ns]) {
-                Ok(()) => made(&ns, false),
+                Ok(()) => MADE.note(&ns, false),
                 Err(e) => eprintln!("warning: could not remove network namespace {ns}: {e}"),
             }
         }
