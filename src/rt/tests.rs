@@ -569,6 +569,47 @@ fn a_long_poll_waits_in_the_kernel_yet_keeps_deadlines_and_reports() {
 }
 
 #[test]
+fn a_spinning_poll_takes_what_comes_and_still_keeps_its_timeout() {
+    let cfg = RtConfig {
+        smoother: None,
+        spin: Duration::from_millis(5),
+        ..RtConfig::default()
+    };
+    let mut b = RtSocket::open(lo(), cfg).unwrap();
+    let dst = b.local_addr().unwrap();
+    // Nothing comes: it spins, then waits out the rest of its timeout.
+    let t = Instant::now();
+    assert_eq!(b.poll(Duration::from_millis(30), |_| {}).unwrap(), 0);
+    assert!(
+        t.elapsed() >= Duration::from_millis(30),
+        "{:?}",
+        t.elapsed()
+    );
+    // A message sent while it spins, and one sent after the spin, while it sleeps.
+    for delay in [Duration::from_millis(1), Duration::from_millis(20)] {
+        let raw = UdpSocket::bind(lo()).unwrap();
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(delay);
+            raw.send_to(&fragment(0, 10, 0, 10, 10), dst).unwrap();
+        });
+        let t = Instant::now();
+        let mut got = 0;
+        while got == 0 && t.elapsed() < Duration::from_secs(5) {
+            got = b
+                .poll(Duration::from_secs(2), |m| assert_eq!(m.data.len(), 10))
+                .unwrap();
+        }
+        assert_eq!(got, 1, "sent after {delay:?}");
+        assert!(
+            t.elapsed() < Duration::from_millis(1500),
+            "{:?}",
+            t.elapsed()
+        );
+        sender.join().unwrap();
+    }
+}
+
+#[test]
 fn a_corked_burst_leaves_bundled_and_arrives_whole_in_order() {
     let cfg = RtConfig {
         buffers: 600,

@@ -37,6 +37,11 @@ pub struct RtppArgs {
     /// would fall outside 1..=65,000, or on 3, are left out).
     #[arg(long)]
     pub perturb: bool,
+    /// Real-time sockets look for datagrams without waiting for this many microseconds
+    /// before they sleep (`RtConfig::spin`; 0: none). For `--pin apart`, where each side
+    /// has a CPU of its own.
+    #[arg(long, value_name = "US", default_value_t = 0)]
+    pub spin: u64,
     /// Ping-pongs per size.
     #[arg(long, default_value_t = 500)]
     pub iters: usize,
@@ -108,7 +113,7 @@ pub fn run(a: &RtppArgs) -> Result<(), String> {
             "apart" => (Some(0), Some(1)),
             _ => (None, None),
         };
-        let servers = serve(&ns.1, addrs.1, stop.clone(), server_cpu)?;
+        let servers = serve(&ns.1, addrs.1, stop.clone(), server_cpu, a.spin)?;
         let r = measure(a, path, &sizes, &ns.0, addrs, client_cpu, &mut rows);
         stop.store(true, Ordering::Relaxed);
         for s in servers {
@@ -193,13 +198,15 @@ fn setup(path: &str) -> Result<Path2, String> {
     ))
 }
 
-fn rt_config() -> RtConfig {
+/// The real-time sockets' configuration; `spin`: [`RtConfig::spin`], µs.
+fn rt_config(spin: u64) -> RtConfig {
     RtConfig {
         max_message: MAX,
         buffers: 256,
         rt_queue: 256,
         reassembly_slots: 32,
         smoother: None,
+        spin: Duration::from_micros(spin),
         ..RtConfig::default()
     }
 }
@@ -218,6 +225,7 @@ fn serve(
     addr: Ipv4Addr,
     stop: Arc<AtomicBool>,
     cpu: Option<usize>,
+    spin: u64,
 ) -> Result<Vec<std::thread::JoinHandle<()>>, String> {
     let mut out = Vec::new();
     for (k, port) in PORTS.into_iter().enumerate() {
@@ -234,7 +242,7 @@ fn serve(
                 return;
             }
             if k % 2 == 0 {
-                let mut sock = match RtSocket::open(at, rt_config()) {
+                let mut sock = match RtSocket::open(at, rt_config(spin)) {
                     Ok(s) => s,
                     Err(e) => {
                         let _ = tx.send(Err(e.to_string()));
@@ -364,11 +372,12 @@ fn measure(
     rows: &mut Vec<Row>,
 ) -> Result<(), String> {
     let (ns, sizes, iters, stream) = (ns.to_string(), sizes.to_vec(), a.iters, a.stream_bytes);
+    let spin = a.spin;
     let path = path.to_string();
     let got = std::thread::spawn(move || -> Result<Vec<Row>, String> {
         netns::enter(&ns).map_err(|e| e.to_string())?;
         pin(cpu)?;
-        let mut rt = RtSocket::open(SocketAddr::from((addrs.0, 0)), rt_config())
+        let mut rt = RtSocket::open(SocketAddr::from((addrs.0, 0)), rt_config(spin))
             .map_err(|e| e.to_string())?;
         let plain = UdpSocket::bind(SocketAddr::from((addrs.0, 0))).map_err(|e| e.to_string())?;
         plain
