@@ -30,10 +30,11 @@ const READ_BATCH: usize = 64;
 /// Packets due this soon after a wake-up leave with it.
 pub(super) const SLACK: Duration = Duration::from_micros(100);
 /// A wait shorter than this is not slept: it ends at once, and the next turn sends what was
-/// due (up to this early). A timer wake-up this soon came 20-40 µs late on this VM, so a
+/// due (up to this early). Slept, a timer this short came back late on this VM, so a
 /// packet just read, due a serialization time later (under a microsecond at 1 Gbit/s),
-/// left late by more than its size explained: half a round trip over the emulated 1 Gbit/s
-/// link grew from 63 µs for 1-byte datagrams to 100 µs for 96-byte ones.
+/// left late by far more than its size explained: half a round trip over the emulated
+/// 1 Gbit/s link grew from 63-67 µs for 1-byte datagrams to 98-105 µs for 96-byte
+/// ones.
 pub(super) const SHORT_WAIT: Duration = Duration::from_micros(25);
 /// How often the counters are written out.
 const STATS_EVERY: Duration = Duration::from_millis(100);

@@ -521,13 +521,18 @@ fn a_long_poll_waits_in_the_kernel_yet_keeps_deadlines_and_reports() {
     let dst = b.local_addr().unwrap();
     let raw = UdpSocket::bind(lo()).unwrap();
     // Nothing arrives: the poll lasts its timeout, no less and not much more.
-    let t = Instant::now();
+    let (t, calls) = (Instant::now(), b.stats().datapath.syscalls);
     assert_eq!(b.poll(Duration::from_millis(60), |_| {}).unwrap(), 0);
     let waited = t.elapsed();
     assert!(
         waited >= Duration::from_millis(60) && waited < Duration::from_millis(500),
         "{waited:?}"
     );
+    // In slices of 4 ms and a kernel tick (at most 10 ms), then `ppoll` for the last
+    // 14 ms: one `ppoll` and one `recvmmsg` would mean it never waited in the kernel's
+    // receive.
+    let calls = b.stats().datapath.syscalls - calls;
+    assert!(calls >= 3, "{calls} system calls in a 60 ms poll");
     // Messages sent while it waits end the wait. The first is reported at once (no report
     // was due before it); the second within the report interval after the first.
     let sender = std::thread::spawn(move || {
@@ -578,12 +583,18 @@ fn a_spinning_poll_takes_what_comes_and_still_keeps_its_timeout() {
     let mut b = RtSocket::open(lo(), cfg).unwrap();
     let dst = b.local_addr().unwrap();
     // Nothing comes: it spins, then waits out the rest of its timeout.
-    let t = Instant::now();
+    let (t, calls) = (Instant::now(), b.stats().datapath.syscalls);
     assert_eq!(b.poll(Duration::from_millis(30), |_| {}).unwrap(), 0);
     assert!(
         t.elapsed() >= Duration::from_millis(30),
         "{:?}",
         t.elapsed()
+    );
+    // It looked without waiting, many times, before it slept.
+    let calls = b.stats().datapath.syscalls - calls;
+    assert!(
+        calls >= 10,
+        "{calls} system calls in a poll that spins 5 ms"
     );
     // A message sent while it spins, and one sent after the spin, while it sleeps.
     for delay in [Duration::from_millis(1), Duration::from_millis(20)] {
