@@ -19,18 +19,34 @@ struct Datagram {
     payload: Vec<u8>,
 }
 
+/// Where the captures are: `SLIPSTREAM_CAPTURES` if set, else `shared/captures` beside the
+/// checkout, else beside the checkout this one was cloned from (a fresh local clone, as CI
+/// makes, sits elsewhere).
 fn captures_dir() -> Option<PathBuf> {
-    let dir = Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/captures"
-    ));
-    if dir.is_dir() {
-        return Some(dir.to_path_buf());
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut tried = Vec::new();
+    if let Some(d) = std::env::var_os("SLIPSTREAM_CAPTURES") {
+        tried.push(PathBuf::from(d));
+    }
+    tried.push(root.join("../shared/captures"));
+    let origin = std::process::Command::new("git")
+        .arg("-C")
+        .arg(&root)
+        .args(["config", "--get", "remote.origin.url"])
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .filter(|u| u.starts_with('/'));
+    if let Some(o) = origin {
+        tried.push(Path::new(&o).join("../shared/captures"));
+    }
+    if let Some(dir) = tried.iter().find(|d| d.is_dir()) {
+        return Some(dir.clone());
     }
     if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("capture directory {} missing in CI", dir.display());
+        panic!("capture directory missing in CI (looked in {tried:?})");
     }
-    eprintln!("skipping: capture directory {} not found", dir.display());
+    eprintln!("skipping: capture directory not found (looked in {tried:?})");
     None
 }
 
