@@ -258,11 +258,14 @@ fn a_memory_budget_bounds_the_buffers_and_refuses_new_callers() {
     let mut got: Vec<Vec<u8>> = vec![Vec::new(); N];
     let mut buf = vec![0u8; 1 << 16];
     let (mut peak, mut pressured, mut late) = (0u64, false, None);
+    let start = p.now;
     let ok = p.run_until(Duration::from_secs(60), |p| {
         let now = p.now;
         offer_all(p, now, &callers, &data, &mut sent);
-        // The receiving application reads slowly, so that the buffers fill.
-        for (k, &id) in accepted.iter().enumerate() {
+        // The receiving application reads nothing for a while, then slowly, so that the
+        // buffers fill.
+        let reading = now.saturating_duration_since(start) >= Duration::from_millis(500);
+        for (k, &id) in accepted.iter().enumerate().filter(|_| reading) {
             if let Ok(n) = p.b.conn(id).expect("accepted").recv(&mut buf[..16 << 10]) {
                 got[k].extend_from_slice(&buf[..n]);
             }

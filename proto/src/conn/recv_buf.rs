@@ -5,10 +5,10 @@
 //! The ring's memory is a run of pages of [`RecvBuffer::page_slots`] slots each (the last
 //! may be shorter). Capacity is a promise, not memory: a page is allocated when a packet
 //! first lands in it and goes back to a small pool of spares once the read point has passed
-//! it, and the slots' metadata is allocated with the first packet. A connection that
+//! it, and so is the slots' metadata, in chunks of 64 slots ([`META_SHIFT`]). A connection that
 //! receives nothing holds no pages; one receiving a trickle holds the page or two its
-//! packets span; [`RecvBuffer::release_idle`] gives everything back once the buffer is
-//! empty. In stream
+//! packets span and their metadata, whatever its capacity; [`RecvBuffer::release_idle`]
+//! gives everything back once the buffer is empty. In stream
 //! mode the application may take a whole page of in-order, full packets out of the ring
 //! instead of copying it ([`RecvBuffer::take_page`]): a spare page takes its place, and the
 //! application hands the page back when done with it ([`RecvBuffer::give_page`]).
@@ -27,9 +27,17 @@ pub(crate) struct RSlot {
     pub ts_us: u64,
 }
 
-/// About how many bytes a page holds: slots of 1456 bytes make pages of 512 (728 KiB). Small
-/// enough to stay in cache while the application writes it out and hashes it.
-const PAGE_BYTES: usize = 1 << 20;
+/// About how many bytes a page holds: slots of 1456 bytes make pages of 32 (46.6 KiB), what
+/// a connection receiving a trickle holds at least. Pages of 512 (728 KiB) made 100
+/// connections receiving 64-byte messages over loopback hold 3.1 MB each, three pages and
+/// their spares; a file receiver writes pages out in batches, whatever their size.
+const PAGE_BYTES: usize = 64 << 10;
+/// log2 of the slots whose metadata is allocated together. Metadata for the whole
+/// capacity (8,192 slots of 24 bytes for 1456-byte packets) was 192 KiB a receiving
+/// connection.
+const META_SHIFT: u32 = 6;
+/// Spare metadata chunks kept.
+const META_POOL: usize = 4;
 /// Slots at least this large are pages of their own, so that a payload received into a
 /// buffer of its own can be swapped in whole ([`Payload::Owned`]) rather than copied.
 pub const OWNED_PAYLOAD_MIN: usize = 16 << 10;
@@ -67,9 +75,12 @@ impl Payload<'_> {
     }
 }
 /// Spare pages kept: at least this many...
-const PAGE_POOL: usize = 4;
-/// ...and as many as this many bytes make: a reader that takes a batch of small pages
-/// (a megabyte of 64 KiB ones) hands them all back.
+const PAGE_POOL: usize = 2;
+/// ...and up to as many as the ring holds, within this many bytes: a reader that takes a
+/// batch of small pages (a megabyte of 64 KiB ones) hands them all back. Not more than the
+/// ring holds: retired pages kept up to the bytes (45 pages of 1456-byte packets) left
+/// connections receiving 64-byte messages holding 400 KiB each of pages with nothing in
+/// them.
 const PAGE_POOL_BYTES: usize = 2 << 20;
 
 const EMPTY: RSlot = RSlot {
@@ -118,8 +129,15 @@ pub(crate) struct RecvBuffer {
     page_shift: u32,
     /// Spare (whole) pages for [`RecvBuffer::take_page`].
     spare: Vec<Vec<u8>>,
-    /// Every slot's metadata, or empty until the first packet arrives (read as [`EMPTY`]).
-    meta: Vec<RSlot>,
+    /// The slots' metadata in chunks of `1 << meta_shift` slots, a chunk allocated while
+    /// its slots may hold packets (an empty chunk, or an empty table before the first
+    /// packet, reads as [`EMPTY`]).
+    meta: Vec<Vec<RSlot>>,
+    /// log2 of the slots a metadata chunk covers ([`META_SHIFT`]).
+    meta_shift: u32,
+    /// Chunks of `meta` allocated, and spare ones (all [`EMPTY`]).
+    meta_held: usize,
+    meta_spare: Vec<Vec<RSlot>>,
     /// Pages of `pages` allocated.
     allocated: usize,
     /// Set while the endpoint's buffers are over its memory budget: no new memory then.
@@ -139,21 +157,34 @@ pub(crate) struct RecvBuffer {
 
 impl RecvBuffer {
     pub fn new(slot_size: usize, cap: usize, max_cap: usize, isn: SeqNo) -> Self {
-        Self::with_page_shift(
+        Self::with_shifts(
             slot_size,
             cap,
             max_cap,
             isn,
             Self::page_shift_for(slot_size),
+            META_SHIFT,
         )
     }
 
+    #[cfg(test)]
     fn with_page_shift(
         slot_size: usize,
         cap: usize,
         max_cap: usize,
         isn: SeqNo,
         page_shift: u32,
+    ) -> Self {
+        Self::with_shifts(slot_size, cap, max_cap, isn, page_shift, META_SHIFT)
+    }
+
+    fn with_shifts(
+        slot_size: usize,
+        cap: usize,
+        max_cap: usize,
+        isn: SeqNo,
+        page_shift: u32,
+        meta_shift: u32,
     ) -> Self {
         let cap = cap.min(max_cap).max(2);
         RecvBuffer {
@@ -164,6 +195,9 @@ impl RecvBuffer {
             page_shift,
             spare: Vec::new(),
             meta: Vec::new(),
+            meta_shift,
+            meta_held: 0,
+            meta_spare: Vec::new(),
             allocated: 0,
             pressure: Pressure::default(),
             read_seq: isn,
@@ -243,7 +277,57 @@ impl RecvBuffer {
 
     /// The metadata of slot `i`.
     fn m(&self, i: usize) -> &RSlot {
-        self.meta.get(i).unwrap_or(&EMPTY)
+        let mask = (1 << self.meta_shift) - 1;
+        self.meta
+            .get(i >> self.meta_shift)
+            .and_then(|c| c.get(i & mask))
+            .unwrap_or(&EMPTY)
+    }
+
+    /// The metadata of slot `i` to write, its chunk (and the chunks' table) allocated if it
+    /// was not; `None` when that would take new memory under pressure.
+    fn m_mut(&mut self, i: usize) -> Option<&mut RSlot> {
+        let (c, k) = (i >> self.meta_shift, i & ((1 << self.meta_shift) - 1));
+        if self.meta.is_empty() {
+            if self.pressure.on() {
+                return None;
+            }
+            self.meta = Self::no_meta(self.cap, self.meta_shift);
+        }
+        if self.meta.get(c)?.is_empty() {
+            let chunk = match self.meta_spare.pop() {
+                Some(chunk) => chunk,
+                None if self.pressure.on() => return None,
+                None => vec![EMPTY; 1 << self.meta_shift],
+            };
+            self.meta[c] = chunk;
+            self.meta_held += 1;
+        }
+        self.meta.get_mut(c)?.get_mut(k)
+    }
+
+    /// The chunks' table of a ring of `cap` slots, no chunk allocated.
+    fn no_meta(cap: usize, meta_shift: u32) -> Vec<Vec<RSlot>> {
+        let mut t = Vec::new();
+        t.resize_with(cap.div_ceil(1 << meta_shift), Vec::new);
+        t
+    }
+
+    /// Takes metadata chunk `c` out of the table into the spares (or frees it) unless one of
+    /// its slots holds a packet.
+    fn retire_meta(&mut self, c: usize) {
+        let Some(chunk) = self.meta.get_mut(c) else {
+            return;
+        };
+        if chunk.is_empty() || chunk.iter().any(|m| m.present) {
+            return;
+        }
+        let mut chunk = std::mem::take(chunk);
+        self.meta_held -= 1;
+        if self.meta_spare.len() < META_POOL {
+            chunk.fill(EMPTY);
+            self.meta_spare.push(chunk);
+        }
     }
 
     /// Gives back every page and the metadata when nothing is held: a connection that has
@@ -252,22 +336,29 @@ impl RecvBuffer {
         if self.count > 0 || self.read_off > 0 {
             return false;
         }
-        let held = !self.meta.is_empty() || !self.spare.is_empty() || self.allocated > 0;
+        let held = !self.meta.is_empty()
+            || !self.meta_spare.is_empty()
+            || !self.spare.is_empty()
+            || self.allocated > 0;
         if !held {
             return false;
         }
         self.meta = Vec::new();
+        self.meta_held = 0;
+        self.meta_spare = Vec::new();
         self.spare = Vec::new();
         self.pages.iter_mut().for_each(|p| *p = Vec::new());
         self.allocated = 0;
         held
     }
 
-    /// Bytes of memory the buffer holds now (pages, spares and metadata), counting a short
-    /// last page as a whole one.
+    /// Bytes of memory the buffer holds now (pages, spares, metadata and its table),
+    /// counting a short last page as a whole one.
     pub fn held_bytes(&self) -> usize {
         (self.allocated + self.spare.len()) * self.page_bytes()
-            + self.meta.capacity() * std::mem::size_of::<RSlot>()
+            + (self.meta_held + self.meta_spare.len())
+                * (std::mem::size_of::<RSlot>() << self.meta_shift)
+            + self.meta.capacity() * std::mem::size_of::<Vec<RSlot>>()
     }
 
     /// Slots per page: [`RecvBuffer::take_page`] hands out this many packets at a time.
@@ -329,11 +420,8 @@ impl RecvBuffer {
         if self.m(i).present {
             return Insert::Duplicate;
         }
-        if self.meta.is_empty() {
-            if self.pressure.on() {
-                return Insert::NoMemory;
-            }
-            self.meta = vec![EMPTY; self.cap];
+        if self.m_mut(i).is_none() {
+            return Insert::NoMemory;
         }
         let n = payload.len().min(self.slot_size);
         let (p, o) = self.at(i);
@@ -361,7 +449,10 @@ impl RecvBuffer {
                 page[o..o + n].copy_from_slice(&payload.bytes()[..n]);
             }
         }
-        self.meta[i] = RSlot {
+        let Some(m) = self.m_mut(i) else {
+            return Insert::NoMemory;
+        };
+        *m = RSlot {
             present: true,
             len: n as u32,
             pos,
@@ -386,16 +477,23 @@ impl RecvBuffer {
 
     fn advance(&mut self, n: usize) {
         let mask = self.page_slots() - 1;
+        let meta_mask = (1 << self.meta_shift) - 1;
         for k in 0..n {
             let i = self.idx(k);
-            if self.m(i).present {
-                self.count -= 1;
-                self.bytes -= u64::from(self.meta[i].len);
-                self.meta[i].present = false;
+            let c = i >> self.meta_shift;
+            if let Some(m) = self.meta.get_mut(c).and_then(|c| c.get_mut(i & meta_mask)) {
+                if m.present {
+                    m.present = false;
+                    self.count -= 1;
+                    self.bytes -= u64::from(m.len);
+                }
             }
             if i & mask == mask || i + 1 == self.cap {
                 // The read point leaves page `i`'s.
                 self.retire_page(i >> self.page_shift);
+            }
+            if i & meta_mask == meta_mask || i + 1 == self.cap {
+                self.retire_meta(c);
             }
         }
         self.head = self.idx(n);
@@ -462,16 +560,16 @@ impl RecvBuffer {
         if !aligned || self.head + n > self.cap || limit.diff(self.read_seq) < n as i32 {
             return None;
         }
-        let slots = self.meta.get(self.head..self.head + n)?;
-        let len = match slots {
-            [m] if m.present => m.len as usize,
-            _ if slots
-                .iter()
-                .all(|m| m.present && m.len as usize == self.slot_size) =>
-            {
-                self.page_bytes()
-            }
-            _ => return None,
+        let head = *self.m(self.head);
+        let len = if n == 1 && head.present {
+            head.len as usize
+        } else if (self.head..self.head + n).all(|i| {
+            let m = self.m(i);
+            m.present && m.len as usize == self.slot_size
+        }) {
+            self.page_bytes()
+        } else {
+            return None;
         };
         // An unallocated page takes its place: the next packet to land in it allocates (or
         // takes a spare).
@@ -482,9 +580,10 @@ impl RecvBuffer {
     }
 
     /// Gives back a page from [`RecvBuffer::take_page`] for reuse (kept if it is of the
-    /// page size and fewer than a few are spare).
+    /// page size and fewer than a few, or than the ring holds, are spare).
     pub fn give_page(&mut self, page: Vec<u8>) {
-        let keep = PAGE_POOL.max(PAGE_POOL_BYTES / self.page_bytes().max(1));
+        let batch = (PAGE_POOL_BYTES / self.page_bytes().max(1)).min(self.allocated);
+        let keep = PAGE_POOL.max(batch);
         if page.len() == self.page_bytes() && self.spare.len() < keep {
             self.spare.push(page);
         }
@@ -523,7 +622,7 @@ impl RecvBuffer {
         let mut done = 0;
         for k in 0..pkts {
             let i = self.idx(k);
-            let len = self.meta[i].len as usize;
+            let len = self.m(i).len as usize;
             out[done..done + len].copy_from_slice(self.slot(i, len));
             done += len;
         }
@@ -628,17 +727,28 @@ impl RecvBuffer {
         if self.meta.is_empty() {
             return;
         }
-        self.meta.resize(new_cap, EMPTY);
+        self.meta
+            .resize_with(new_cap.div_ceil(1 << self.meta_shift), Vec::new);
         let head_page = self.head / per;
         for p in 0..head_page {
             self.pages.swap(p, p + old_pages);
         }
-        for j in 0..head_page * per {
-            self.meta[j + old_cap] = std::mem::replace(&mut self.meta[j], EMPTY);
-        }
-        for j in head_page * per..self.head {
-            let m = std::mem::replace(&mut self.meta[j], EMPTY);
-            if m.present {
+        // The slots before the read point move to the new half: their metadata one by one,
+        // and the bytes of those in the read point's page by copy.
+        let meta_mask = (1 << self.meta_shift) - 1;
+        for j in 0..self.head {
+            let Some(m) = self
+                .meta
+                .get_mut(j >> self.meta_shift)
+                .and_then(|c| c.get_mut(j & meta_mask))
+                .map(|m| std::mem::replace(m, EMPTY))
+            else {
+                continue;
+            };
+            if !m.present {
+                continue;
+            }
+            if j >= head_page * per {
                 let len = m.len as usize;
                 let (p, o) = self.at(j);
                 let (q, _) = self.at(j + old_cap);
@@ -654,9 +764,25 @@ impl RecvBuffer {
                     to[o..o + len].copy_from_slice(&from[o..o + len]);
                 }
             }
-            self.meta[j + old_cap] = m;
+            self.put_meta(j + old_cap, m);
+        }
+        for c in 0..self.head.div_ceil(1 << self.meta_shift) {
+            self.retire_meta(c);
         }
         self.allocated = self.pages.iter().filter(|p| !p.is_empty()).count();
+    }
+
+    /// Stores the metadata of a packet that moved to slot `i` while growing (which is
+    /// refused under pressure, so the chunk can be allocated; were it not, the packet is
+    /// no longer counted, and the sender sends it again).
+    fn put_meta(&mut self, i: usize, m: RSlot) {
+        match self.m_mut(i) {
+            Some(to) => *to = m,
+            None => {
+                self.count -= 1;
+                self.bytes -= u64::from(m.len);
+            }
+        }
     }
 
     /// [`RecvBuffer::grow`] by laying the ring out again from the read point.
@@ -667,6 +793,7 @@ impl RecvBuffer {
         let mut old_pages =
             std::mem::replace(&mut self.pages, Self::no_pages(new_cap, self.page_shift));
         let old_meta = std::mem::take(&mut self.meta);
+        self.meta_held = 0;
         self.cap = new_cap;
         self.head = 0;
         if old_meta.is_empty() {
@@ -677,20 +804,31 @@ impl RecvBuffer {
             self.allocated = 0;
             return;
         }
-        self.meta = vec![EMPTY; new_cap];
+        let (meta_shift, meta_mask) = (self.meta_shift, (1 << self.meta_shift) - 1);
+        let old_m = |i: usize| {
+            old_meta
+                .get(i >> meta_shift)
+                .and_then(|c| c.get(i & meta_mask))
+                .copied()
+                .unwrap_or(EMPTY)
+        };
         if self.page_shift == 0 {
             // A page per slot: the pages move, in ring order.
             for k in 0..old_cap {
                 let i = idx(k);
                 self.pages[k] = std::mem::take(&mut old_pages[i]);
-                self.meta[k] = old_meta[i];
+                let m = old_m(i);
+                if m.present {
+                    self.put_meta(k, m);
+                }
             }
         } else {
             let mask = (1 << self.page_shift) - 1;
             for k in 0..old_cap {
                 let i = idx(k);
-                if old_meta[i].present {
-                    let len = old_meta[i].len as usize;
+                let m = old_m(i);
+                if m.present {
+                    let len = m.len as usize;
                     let (p, o) = (i >> self.page_shift, (i & mask) * self.slot_size);
                     let from = &old_pages[p][o..o + len];
                     let o = (k & mask) * self.slot_size;
@@ -698,13 +836,19 @@ impl RecvBuffer {
                     if let Some(page) = self.page_mut(k >> self.page_shift) {
                         page[o..o + len].copy_from_slice(from);
                     }
+                    self.put_meta(k, m);
                 }
-                self.meta[k] = old_meta[i];
             }
             for page in old_pages {
                 if !page.is_empty() {
                     self.give_page(page);
                 }
+            }
+        }
+        for mut chunk in old_meta {
+            if !chunk.is_empty() && self.meta_spare.len() < META_POOL {
+                chunk.fill(EMPTY);
+                self.meta_spare.push(chunk);
             }
         }
         self.allocated = self.pages.iter().filter(|p| !p.is_empty()).count();
@@ -790,22 +934,27 @@ mod tests {
 
     #[test]
     fn pages_are_held_only_while_packets_span_them() {
-        // 1456-byte slots, 8192 of them (12 MB of capacity): pages of 512 slots.
+        // 1456-byte slots, 8192 of them (12 MB of capacity): pages of 32 slots.
         let mut b = RecvBuffer::new(1456, 8192, 8192, s(0));
         assert_eq!(b.held_bytes(), 0, "nothing before the first packet");
-        let page = 512 * 1456;
+        assert_eq!(b.page_slots(), 32);
+        let page = 32 * 1456;
+        // The chunks' table, and a chunk of metadata.
+        let table = 8192 / 64 * std::mem::size_of::<Vec<RSlot>>();
+        let chunk = 64 * std::mem::size_of::<RSlot>();
         let mut out = [0u8; 64];
         // A trickle of 64-byte messages read as they come, around the ring three times:
-        // the pages the read point has left go back to a few spares.
+        // the pages and metadata the read point has left go back to a few spares, and the
+        // buffer holds what a trickle needs, not what its capacity could.
         for k in 0..3 * 8192u32 {
             assert_eq!(put(&mut b, k, &[k as u8; 64]), Insert::Stored);
             assert_eq!(b.read_message(s(k + 1), &mut out), MsgRead::Done(64));
             let pages = b.pages.iter().filter(|p| !p.is_empty()).count();
             assert!(pages <= 1, "{pages} pages held at {k}");
-            assert!(
-                b.held_bytes() <= (1 + PAGE_POOL) * page + 8192 * 24,
-                "at {k}"
-            );
+            assert!(b.meta_held <= 1, "{} chunks held at {k}", b.meta_held);
+            let most = (1 + PAGE_POOL) * page + (1 + META_POOL) * chunk + table;
+            assert!(b.held_bytes() <= most, "at {k}");
+            assert!(b.held_bytes() < 256 << 10, "at {k}");
         }
         // Out of order, a whole window ahead: the slots behind the read point hold the far
         // end of the window, and the page they lie on is kept until they are read.
@@ -893,6 +1042,7 @@ mod tests {
             one_slot_pages in proptest::bool::ANY,
             whole_pages in proptest::bool::ANY,
             owned in proptest::collection::vec(proptest::bool::ANY, 200),
+            meta_shift in proptest::sample::select(vec![0u32, 1, 2, 3, META_SHIFT]),
         ) {
             let isn = SeqNo::new(isn & SeqNo::MAX);
             // Pages of 4 slots or of one, where owned payloads are swapped in. A capacity of
@@ -900,7 +1050,9 @@ mod tests {
             // 20, 40) is not and is laid out again.
             let shift = if one_slot_pages { 0 } else { 2 };
             let (cap, max) = if whole_pages { (8, 64) } else { (5, 40) };
-            let mut b = RecvBuffer::with_page_shift(3, cap, max, isn, shift);
+            // Metadata in chunks of 1 to 8 slots (crossing pages, within them, wrapping
+            // with the ring and moving with growth) or of the default 64.
+            let mut b = RecvBuffer::with_shifts(3, cap, max, isn, shift, meta_shift);
             let mut pool = vec![0u8; 3];
             let total = order.len() as u32;
             let payload = |k: u32| -> Vec<u8> {
@@ -956,6 +1108,8 @@ mod tests {
             proptest::prop_assert_eq!(b.kept() > 0, one_slot_pages && any_owned);
             proptest::prop_assert_eq!(b.count(), 0);
             proptest::prop_assert_eq!(b.bytes(), 0);
+            // Read to the end, the buffer holds the read point's chunk of metadata at most.
+            proptest::prop_assert!(b.meta_held <= 1, "{} chunks", b.meta_held);
         }
     }
 

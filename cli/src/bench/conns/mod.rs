@@ -104,6 +104,10 @@ pub struct ConnsArgs {
     /// library's for the mode].
     #[arg(long, value_name = "NAME")]
     cc: Option<String>,
+    /// Packet size (MSS, bytes) of every connection, as on a path of that MTU [default:
+    /// loopback's 64 KiB for bulk, 1500 for messages]; 1500 is what an Ethernet path gives.
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(76..=65_535))]
+    mss: Option<u32>,
     /// Load threads per side, each serving its share of the connections through a poller
     /// (`slipstream::Poller`) [default: one per I/O thread]; 0 runs a thread per connection
     /// making blocking calls.
@@ -138,6 +142,8 @@ pub struct PeerArgs {
     datapath: String,
     #[arg(long)]
     cc: Option<String>,
+    #[arg(long)]
+    mss: Option<u32>,
     #[arg(long)]
     copy: bool,
     #[arg(long)]
@@ -198,6 +204,9 @@ pub fn run(a: &ConnsArgs) -> Result<(), String> {
     );
     if let Some(cc) = &a.cc {
         args.extend(["--cc".into(), cc.clone()]);
+    }
+    if let Some(mss) = a.mss {
+        args.extend(["--mss".into(), mss.to_string()]);
     }
     if a.copy {
         args.push("--copy".into());

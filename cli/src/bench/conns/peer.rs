@@ -365,6 +365,9 @@ fn config(a: &PeerArgs) -> ConnConfig {
     if let Some(cc) = &a.cc {
         cfg.set_cc(cc);
     }
+    if let Some(mss) = a.mss {
+        cfg.set_mss(mss);
+    }
     cfg
 }
 

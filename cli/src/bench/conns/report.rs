@@ -49,6 +49,9 @@ pub struct Report {
     copy: bool,
     /// The congestion controller asked for (null: the library's default for the mode).
     cc: Option<String>,
+    /// The packet size asked for (null: the path's, 64 KiB over loopback for bulk, 1500
+    /// for messages).
+    mss: Option<u32>,
     /// The measured window: the load (bulk, messages) or the idle window (idle), seconds.
     secs: f64,
     idle_secs: f64,
@@ -161,6 +164,7 @@ impl Report {
             connectors: plan.connectors,
             datapath: seen.server_ready.datapath.clone(),
             cc: a.cc.clone(),
+            mss: a.mss,
             copy: a.copy,
             secs: plan.secs,
             idle_secs: plan.idle,
