@@ -228,6 +228,17 @@ impl Switch {
     fn run(mut self) -> io::Result<()> {
         let _ = rustix::thread::set_current_timer_slack(NonZeroU64::new(1));
         let mut next_stats = Instant::now();
+        // The devices' poll set, built once on duplicates of their descriptors (the same
+        // open devices): a wait allocates nothing.
+        let polled = self
+            .devs
+            .iter()
+            .map(File::try_clone)
+            .collect::<io::Result<Vec<_>>>()?;
+        let mut fds: Vec<PollFd<'_>> = polled
+            .iter()
+            .map(|d| PollFd::new(d, PollFlags::IN))
+            .collect();
         loop {
             let now = Instant::now();
             self.switch_due(now);
@@ -250,11 +261,6 @@ impl Switch {
                 .filter_map(Link::next_delivery)
                 .fold(next_stats, Instant::min);
             let wait = deadline.saturating_duration_since(Instant::now());
-            let mut fds: Vec<PollFd<'_>> = self
-                .devs
-                .iter()
-                .map(|d| PollFd::new(d, PollFlags::IN))
-                .collect();
             wait_devices(&mut fds, wait, |i| format!("host {}", i + 1))?;
         }
     }

@@ -200,9 +200,39 @@ pub fn run(cmd: BenchCmd) -> Result<(), String> {
     }
 }
 
+/// Child processes a bench started and has not waited for yet, which a stop signal ends
+/// too (pids).
+static CHILDREN: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+
+/// Notes a child that a stop signal must end (with SIGTERM). Call
+/// [`forget_child`] before waiting for it: until it is waited for its pid is not reused.
+pub(crate) fn note_child(pid: u32) {
+    CHILDREN.lock().unwrap_or_else(|e| e.into_inner()).push(pid);
+}
+
+/// Forgets a child noted with [`note_child`]; call it before waiting for the child.
+pub(crate) fn forget_child(pid: u32) {
+    CHILDREN
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|&p| p != pid);
+}
+
+/// Sends SIGTERM to every child noted; returns how many.
+fn stop_children() -> usize {
+    let g = CHILDREN.lock().unwrap_or_else(|e| e.into_inner());
+    for &pid in g.iter() {
+        if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
+    }
+    g.len()
+}
+
 /// A bench ended by SIGINT or SIGTERM would leave behind the emulators and namespaces it
-/// made (their guards run only when the bench returns or unwinds): a watcher takes them down
-/// and ends the process with 128 plus the signal's number.
+/// made (their guards run only when the bench returns or unwinds), and the child processes
+/// it runs (Aeron's java): a watcher takes them down and ends the process with 128 plus the
+/// signal's number.
 fn remove_made_on_signal() {
     if let Err(e) = slipstream::signal::install_stop_handler() {
         eprintln!("warning: no signal handler ({e}): a bench stopped by a signal leaves its emulators behind");
@@ -212,7 +242,11 @@ fn remove_made_on_signal() {
         std::thread::sleep(std::time::Duration::from_millis(50));
         if slipstream::signal::stop_requested() {
             let sig = slipstream::signal::stop_signal().unwrap_or("a signal");
-            let removed = slipstream::netem::remove_made();
+            let ended = stop_children();
+            let mut removed = slipstream::netem::remove_made();
+            if ended > 0 {
+                removed.push(format!("{ended} child process(es), sent SIGTERM"));
+            }
             if removed.is_empty() {
                 eprintln!("bench interrupted by {sig}");
             } else {

@@ -47,6 +47,7 @@ impl Drop for Run {
         if let Some(pid) = rustix::process::Pid::from_raw(self.child.id() as i32) {
             let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
         }
+        crate::bench::forget_child(self.child.id());
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
@@ -170,6 +171,8 @@ impl Aeron {
         let child = c
             .spawn()
             .map_err(|e| format!("starting java (under timeout): {e}"))?;
+        // A bench stopped by SIGINT or SIGTERM ends it too.
+        crate::bench::note_child(child.id());
         Ok(Run { child, dir })
     }
 
