@@ -258,13 +258,19 @@ impl RecvBuffer {
     /// Page `p`, allocated (from the spares when it is of their size) if it was not; `None`
     /// when that would take new memory under pressure.
     fn page_mut(&mut self, p: usize) -> Option<&mut Vec<u8>> {
+        self.page_alloc(p, self.pressure.on())
+    }
+
+    /// [`RecvBuffer::page_mut`], refusing new memory only if `refuse` (growth, which was
+    /// admitted, moves the packets it holds whatever the pressure now).
+    fn page_alloc(&mut self, p: usize, refuse: bool) -> Option<&mut Vec<u8>> {
         if self.pages[p].is_empty() {
             let len = self.page_len(p);
             self.pages[p] = match self.spare.pop() {
                 Some(page) if page.len() == len => page,
                 other => {
                     self.spare.extend(other);
-                    if self.pressure.on() {
+                    if refuse {
                         return None;
                     }
                     vec![0; len]
@@ -287,9 +293,14 @@ impl RecvBuffer {
     /// The metadata of slot `i` to write, its chunk (and the chunks' table) allocated if it
     /// was not; `None` when that would take new memory under pressure.
     fn m_mut(&mut self, i: usize) -> Option<&mut RSlot> {
+        self.m_alloc(i, self.pressure.on())
+    }
+
+    /// [`RecvBuffer::m_mut`], refusing new memory only if `refuse`.
+    fn m_alloc(&mut self, i: usize, refuse: bool) -> Option<&mut RSlot> {
         let (c, k) = (i >> self.meta_shift, i & ((1 << self.meta_shift) - 1));
         if self.meta.is_empty() {
-            if self.pressure.on() {
+            if refuse {
                 return None;
             }
             self.meta = Self::no_meta(self.cap, self.meta_shift);
@@ -297,7 +308,7 @@ impl RecvBuffer {
         if self.meta.get(c)?.is_empty() {
             let chunk = match self.meta_spare.pop() {
                 Some(chunk) => chunk,
-                None if self.pressure.on() => return None,
+                None if refuse => return None,
                 None => vec![EMPTY; 1 << self.meta_shift],
             };
             self.meta[c] = chunk;
@@ -752,8 +763,8 @@ impl RecvBuffer {
                 let len = m.len as usize;
                 let (p, o) = self.at(j);
                 let (q, _) = self.at(j + old_cap);
-                // Under pressure growth is refused, so the page can be allocated.
-                if self.page_mut(q).is_some() {
+                // Growth was admitted: the page is allocated whatever the pressure now.
+                if self.page_alloc(q, false).is_some() {
                     let (from, to) = if p < q {
                         let (a, b) = self.pages.split_at_mut(q);
                         (&a[p], &mut b[0])
@@ -772,13 +783,15 @@ impl RecvBuffer {
         self.allocated = self.pages.iter().filter(|p| !p.is_empty()).count();
     }
 
-    /// Stores the metadata of a packet that moved to slot `i` while growing (which is
-    /// refused under pressure, so the chunk can be allocated; were it not, the packet is
-    /// no longer counted, and the sender sends it again).
+    /// Stores the metadata of a packet that moved to slot `i` while growing: growth was
+    /// admitted (it is refused under pressure), so its chunk is allocated whatever the
+    /// pressure now, and a packet already acknowledged is never lost. (Only a slot past the
+    /// ring, which growth never makes, could fail; that packet would go uncounted.)
     fn put_meta(&mut self, i: usize, m: RSlot) {
-        match self.m_mut(i) {
+        match self.m_alloc(i, false) {
             Some(to) => *to = m,
             None => {
+                debug_assert!(false, "slot {i} past a ring of {}", self.cap);
                 self.count -= 1;
                 self.bytes -= u64::from(m.len);
             }
@@ -832,8 +845,8 @@ impl RecvBuffer {
                     let (p, o) = (i >> self.page_shift, (i & mask) * self.slot_size);
                     let from = &old_pages[p][o..o + len];
                     let o = (k & mask) * self.slot_size;
-                    // Growth is refused under pressure, so the page can be allocated.
-                    if let Some(page) = self.page_mut(k >> self.page_shift) {
+                    // Growth was admitted: the page is allocated whatever the pressure now.
+                    if let Some(page) = self.page_alloc(k >> self.page_shift, false) {
                         page[o..o + len].copy_from_slice(from);
                     }
                     self.put_meta(k, m);
