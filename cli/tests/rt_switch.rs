@@ -397,3 +397,50 @@ fn a_bench_stopped_by_a_signal_takes_its_emulators_down() {
         );
     }
 }
+
+/// A bench killed outright (SIGKILL: no handler runs) leaves its emulator behind; the next
+/// bench run as root takes it down, once the process it is named after is gone.
+#[test]
+fn a_bench_killed_outright_leaves_its_emulator_to_the_next_bench() {
+    if !root_test("a_bench_killed_outright_leaves_its_emulator_to_the_next_bench") {
+        return;
+    }
+    let _serial = serial();
+    let args = ["bench", "rtpp", "--paths", "netem100", "--iters", "100000"];
+    let p = Proc::spawn("rtpp", Command::new(BIN).args(args));
+    let name = format!("rtpp{}", p.id());
+    let state = std::path::Path::new("/run/slipstream/netem").join(&name);
+    let t = std::time::Instant::now();
+    while !state.join("info.json").exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "{name} never came up"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    p.signal(libc::SIGKILL);
+    let out = p.finish(Duration::from_secs(20)).unwrap();
+    assert_eq!(out.status.code(), None, "killed by a signal");
+    assert!(
+        state.exists(),
+        "{name} outlived its bench (else nothing to test)"
+    );
+    // Any bench cleans up after it.
+    let out = Command::new(BIN)
+        .args(["bench", "conns", "--n", "1", "--pattern", "idle"])
+        .args(["--idle-secs", "0.2", "--json"])
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("removed emulator {name}, left behind by process")),
+        "{err}"
+    );
+    assert!(!state.exists(), "{name}'s state is gone");
+    assert!(
+        !netns_list().contains(&name),
+        "{name}'s namespaces are gone"
+    );
+}

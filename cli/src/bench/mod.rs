@@ -167,6 +167,9 @@ pub struct TableArgs {
 /// Runs a `bench` subcommand.
 pub fn run(cmd: BenchCmd) -> Result<(), String> {
     remove_made_on_signal();
+    if !matches!(cmd, BenchCmd::ConnsServer(_) | BenchCmd::ConnsClient(_)) {
+        remove_stale_emulators();
+    }
     match cmd {
         BenchCmd::Dgram(a) => run_dgram(a),
         BenchCmd::DgramTable(a) => table::run(&table::TableConfig {
@@ -197,6 +200,37 @@ pub fn run(cmd: BenchCmd) -> Result<(), String> {
         BenchCmd::Rtmix(a) => rtmix::run(&a),
         BenchCmd::ConnsServer(a) => conns::run_server(&a),
         BenchCmd::ConnsClient(a) => conns::run_client(&a),
+    }
+}
+
+/// Prefixes of the emulators and switches benches name after their process id
+/// (`rtpp<pid>`, `rtmix<pid>`, `t4x<pid>`, `ssacc<pid>`; `bench transfer` and `bench live`
+/// have a guardian process of their own).
+const EMULATOR_PREFIXES: [&str; 4] = ["rtpp", "rtmix", "t4x", "ssacc"];
+
+/// Takes down the emulators that benches killed outright (SIGKILL, or a crash: no signal
+/// handler runs) left behind: those named after a process that is gone. As root only; each
+/// one removed is said on stderr.
+fn remove_stale_emulators() {
+    if !slipstream::netem::netns::is_root() {
+        return;
+    }
+    for name in slipstream::netem::list() {
+        let pid = EMULATOR_PREFIXES
+            .iter()
+            .find_map(|p| name.strip_prefix(p))
+            .filter(|rest| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|rest| rest.parse::<u32>().ok());
+        let Some(pid) = pid else {
+            continue;
+        };
+        if pid == std::process::id() || slipstream::netem::netns::alive(pid) {
+            continue;
+        }
+        match slipstream::netem::down(&name) {
+            Ok(_) => eprintln!("bench: removed emulator {name}, left behind by process {pid}"),
+            Err(e) => eprintln!("warning: emulator {name} of process {pid}, which is gone: {e}"),
+        }
     }
 }
 
