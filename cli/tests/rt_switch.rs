@@ -372,16 +372,7 @@ fn a_bench_stopped_by_a_signal_takes_its_emulators_down() {
     ] {
         let p = Proc::spawn(bench[1], Command::new(BIN).args(bench));
         let name = format!("{prefix}{}", p.id());
-        let state = std::path::Path::new("/run/slipstream/netem").join(&name);
-        let t = std::time::Instant::now();
-        while !state.join("info.json").exists() {
-            assert!(
-                t.elapsed() < Duration::from_secs(20),
-                "{name} never came up"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        std::thread::sleep(Duration::from_millis(500));
+        let state = emulator_up(&name);
         p.signal(sig);
         let out = p.finish(Duration::from_secs(20)).unwrap();
         assert_eq!(out.status.code(), Some(status), "{}", text(&out.stderr));
@@ -398,6 +389,22 @@ fn a_bench_stopped_by_a_signal_takes_its_emulators_down() {
     }
 }
 
+/// Waits (20 s at most) until emulator `name` is up and has run half a second; returns its
+/// state directory.
+fn emulator_up(name: &str) -> std::path::PathBuf {
+    let state = std::path::Path::new("/run/slipstream/netem").join(name);
+    let t = std::time::Instant::now();
+    while !state.join("info.json").exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "{name} never came up"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    state
+}
+
 /// A bench killed outright (SIGKILL: no handler runs) leaves its emulator behind; the next
 /// bench run as root takes it down, once the process it is named after is gone.
 #[test]
@@ -409,16 +416,7 @@ fn a_bench_killed_outright_leaves_its_emulator_to_the_next_bench() {
     let args = ["bench", "rtpp", "--paths", "netem100", "--iters", "100000"];
     let p = Proc::spawn("rtpp", Command::new(BIN).args(args));
     let name = format!("rtpp{}", p.id());
-    let state = std::path::Path::new("/run/slipstream/netem").join(&name);
-    let t = std::time::Instant::now();
-    while !state.join("info.json").exists() {
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "{name} never came up"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(500));
+    let state = emulator_up(&name);
     p.signal(libc::SIGKILL);
     let out = p.finish(Duration::from_secs(20)).unwrap();
     assert_eq!(out.status.code(), None, "killed by a signal");
