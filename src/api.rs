@@ -865,8 +865,11 @@ impl Connection {
         let mut g = self.shared.lock();
         loop {
             let c = g.ep.conn(self.id).ok_or_else(gone)?;
-            match c.recv_page(buf, spare.take()) {
+            match c.recv_page(buf, &mut spare) {
                 Ok(r) => {
+                    if let Some(s) = spare.take() {
+                        c.give_page(s);
+                    }
                     self.read_done(c.ack_pending());
                     return Ok(r);
                 }
@@ -879,7 +882,7 @@ impl Connection {
     /// Stream mode: reads as [`Connection::recv_page`] does, and when that gives a page,
     /// takes the whole pages that follow it too, up to `max` in all, under one lock: fewer
     /// lock round trips and fewer, larger writes for the caller. The pages are appended to
-    /// `pages`; `spares` gives back pages from earlier calls (one per page taken). Returns
+    /// `pages`; `spares` gives back pages from earlier calls (one per page taken; the rest stay in it). Returns
     /// the bytes copied into `buf` instead (where the next bytes are not a whole page); 0
     /// with no page added is the end of the stream.
     pub fn recv_pages(
@@ -895,12 +898,19 @@ impl Connection {
         let mut g = self.shared.lock();
         let n = loop {
             let c = g.ep.conn(self.id).ok_or_else(gone)?;
-            match c.recv_page(buf, spares.pop()) {
+            // A spare goes back only for a page taken; the caller keeps the rest.
+            let mut spare = spares.pop();
+            let r = c.recv_page(buf, &mut spare);
+            spares.extend(spare.take());
+            match r {
                 Ok(StreamRead::Copied(n)) => break n,
                 Ok(StreamRead::Page(p, len)) => {
                     pages.push((p, len));
                     while pages.len() < max {
-                        match c.recv_whole_page(spares.pop()) {
+                        spare = spares.pop();
+                        let page = c.recv_whole_page(&mut spare);
+                        spares.extend(spare.take());
+                        match page {
                             Some(page) => pages.push(page),
                             None => break,
                         }

@@ -1095,20 +1095,21 @@ impl Connection {
     /// takes that page out instead of copying it: the application writes it out from where
     /// the packets landed. Otherwise copies into `buf`, up to the end of the current page (so
     /// that the next call may take the next one).
-    /// `spare` is a page from an earlier call, given back for reuse. `Copied(0)` is the end
-    /// of the stream.
+    /// `spare` is a page from an earlier call, given back for reuse when a page is taken
+    /// (one for one: a reader polling an empty buffer keeps its spares, which the buffer
+    /// would have freed beyond its few). `Copied(0)` is the end of the stream.
     pub fn recv_page(
         &mut self,
         buf: &mut [u8],
-        spare: Option<Vec<u8>>,
+        spare: &mut Option<Vec<u8>>,
     ) -> Result<StreamRead, RecvError> {
         if self.cfg.mode != Mode::File {
             return Err(RecvError::WrongMode);
         }
-        if let Some(p) = spare {
-            self.rbuf.give_page(p);
-        }
         if let Some((p, len)) = self.rbuf.take_page(self.rcv_ack) {
+            if let Some(s) = spare.take() {
+                self.rbuf.give_page(s);
+            }
             self.stats.bytes_delivered += len as u64;
             self.stats.bytes_delivered_in_pages += len as u64;
             self.on_app_read();
@@ -1125,19 +1126,26 @@ impl Connection {
 
     /// Stream mode: takes the next page out as [`Connection::recv_page`] does when it is
     /// whole, and only then (`None` otherwise: nothing is copied). `spare` is given back
-    /// either way. For taking several pages in a row once a first read found one.
-    pub fn recv_whole_page(&mut self, spare: Option<Vec<u8>>) -> Option<(Vec<u8>, usize)> {
+    /// when a page is taken, as there. For taking several pages in a row once a first read
+    /// found one.
+    pub fn recv_whole_page(&mut self, spare: &mut Option<Vec<u8>>) -> Option<(Vec<u8>, usize)> {
         if self.cfg.mode != Mode::File {
             return None;
         }
-        if let Some(p) = spare {
-            self.rbuf.give_page(p);
-        }
         let (p, len) = self.rbuf.take_page(self.rcv_ack)?;
+        if let Some(s) = spare.take() {
+            self.rbuf.give_page(s);
+        }
         self.stats.bytes_delivered += len as u64;
         self.stats.bytes_delivered_in_pages += len as u64;
         self.on_app_read();
         Some((p, len))
+    }
+
+    /// Gives back a page from [`Connection::recv_page`] for reuse outside a read: kept as a
+    /// spare within the buffer's few, freed otherwise.
+    pub fn give_page(&mut self, page: Vec<u8>) {
+        self.rbuf.give_page(page);
     }
 
     /// Bytes of a page [`Connection::recv_page`] hands out (set when the connection is
@@ -1248,6 +1256,7 @@ impl Connection {
         s.rcv_buf_bytes = self.rbuf.bytes();
         s.rcv_buf_cap_pkts = self.rbuf.cap() as u32;
         s.buf_mem_bytes = self.buffer_memory() as u64;
+        s.rcv_pages_allocated = self.rbuf.pages_new();
         let (pps, bps) = self.rate.recv_rate();
         if self.stats.pkts_recv > 0 {
             s.est_link_capacity_pps = self.rate.bandwidth();

@@ -127,6 +127,10 @@ pub struct ConnStats {
     /// Memory both buffers hold now, bytes: pages and rings allocated as data flows, given
     /// back after a second without traffic (the capacities above are what they may grow to).
     pub buf_mem_bytes: u64,
+    /// Receive buffer pages allocated (and zeroed) since the start rather than reused: pages
+    /// a reader takes out and gives back, and pages the read point leaves, are reused, so
+    /// this grows while the buffer grows, not with the bytes received.
+    pub rcv_pages_allocated: u64,
     /// Link capacity estimated from packet pairs, packets per second.
     pub est_link_capacity_pps: u32,
     /// Receive rate reported by (sender) or measured at (receiver) the receiver, packets/s.
