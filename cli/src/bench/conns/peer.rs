@@ -100,7 +100,8 @@ impl Conns {
                      in flight {} (window {}), data packets {} sent {} received, full ACKs {} \
                      sent {} received, light ACKs {}, ACKACKs {}, lost {} (sent) {} (received), \
                      retransmitted {}, timeouts {}, tail probes {}, send buffer {} of {}, receive \
-                     buffer {} of {}, buffer memory {} KiB",
+                     buffer {} of {}, buffer memory {} KiB, send lag {} ms, receive pages \
+                     allocated {}",
                     st.bytes_sent_unique,
                     st.bytes_recv_unique,
                     st.send_period_us,
@@ -123,6 +124,8 @@ impl Conns {
                     st.rcv_buf_pkts,
                     st.rcv_buf_cap_pkts,
                     st.buf_mem_bytes >> 10,
+                    st.send_lag_us / 1000,
+                    st.rcv_pages_allocated,
                 );
             }
         }
