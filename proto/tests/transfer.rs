@@ -3,7 +3,7 @@
 mod common;
 use common::*;
 use slipstream_proto::conn::{Connection, StreamRead};
-use slipstream_proto::endpoint::ConnId;
+use slipstream_proto::endpoint::{ConnId, PAGE_POOL};
 use slipstream_proto::seq::SeqNo;
 use slipstream_proto::sim::Pair;
 use std::time::Duration;
@@ -957,6 +957,104 @@ fn pages_taken_and_given_back_circulate_without_new_allocation() {
         "{after:?} pages allocated in all, {before} when a quarter had arrived; {packets} \
          packets since (seed {s})"
     );
+}
+
+/// A reader that gives its pages back to the endpoint (as `recv_pages` does) has them written
+/// by the next receives: the page given back last is the one the next payload kept leaves
+/// in the receiving side's hands (a page just read is in cache; 1,000 streams over loopback
+/// wrote into pages given back tens of milliseconds before, and moved a sixth less). No
+/// connection allocates pages once the transfer runs, and the endpoint keeps at most
+/// `PAGE_POOL` of them, freed a second after the transfer.
+#[test]
+fn pages_given_back_to_the_endpoint_are_written_next() {
+    const BATCH: usize = 16;
+    let s = seed(39);
+    let _g = SeedGuard(s);
+    let mut p = Pair::new(s, path(1, 0.0, Some(2_000_000_000)), path(1, 0.0, None));
+    p.b_owned = true;
+    let mut cfg = file_cfg();
+    cfg.set_mss(65_535);
+    let (ca, cb) = connect(&mut p, cfg);
+    let payload = p.b.conn(cb).expect("receiver").payload_size();
+    let data = content(100_000_000, s);
+    let (mut sent, mut closed, mut eof) = (0, false, false);
+    let (mut got, mut buf, mut held) = (0usize, vec![0u8; 10_000], Vec::new());
+    let mut warm: Option<u64> = None;
+    // The page given back last and the payloads kept by then; the checks that followed.
+    let (mut last, mut hits, mut most) = (None, 0u32, 0usize);
+    let mut woke = p.now;
+    let ok = p.run_until(Duration::from_secs(60), |p| {
+        let now = p.now;
+        if let Some((ptr, kept)) = last {
+            if p.b_kept == kept + 1 {
+                assert_eq!(
+                    p.b_payload_ptr(),
+                    ptr,
+                    "not the page given back last (seed {s})"
+                );
+                hits += 1;
+                last = None;
+            } else if p.b_kept > kept + 1 {
+                last = None;
+            }
+        }
+        if let Some(c) = p.a.conn(ca) {
+            offer(c, now, &data, &mut sent);
+            if sent == data.len() && !closed {
+                c.close(now);
+                closed = true;
+            }
+        }
+        if now < woke + Duration::from_millis(2) {
+            return eof;
+        }
+        woke = now;
+        let c = p.b.conn(cb).expect("receiver");
+        while held.len() < BATCH {
+            match c.recv_page(&mut buf, &mut None) {
+                Ok(StreamRead::Copied(0)) => {
+                    eof = true;
+                    break;
+                }
+                Ok(StreamRead::Copied(n)) => got += n,
+                Ok(StreamRead::Page(page, len)) => {
+                    got += len;
+                    held.push(page);
+                }
+                Err(_) => break,
+            }
+        }
+        if warm.is_none() && got >= data.len() / 4 {
+            warm = Some(c.stats(now).rcv_pages_allocated);
+        }
+        let given = held.last().map(|p: &Vec<u8>| p.as_ptr());
+        for page in held.drain(..) {
+            p.b.give_page(now, page);
+        }
+        if let Some(ptr) = given {
+            last = Some((ptr, p.b_kept));
+        }
+        most = most.max(p.b.pages_held());
+        eof
+    });
+    assert!(ok, "transfer did not finish (seed {s})");
+    assert_eq!(got, data.len(), "seed {s}");
+    assert!(
+        hits > 100,
+        "{hits} pages given back last were checked (seed {s})"
+    );
+    let before = warm.expect("a quarter arrived");
+    let after = p.b.conn(cb).map(|c| c.stats(p.now).rcv_pages_allocated);
+    assert!(
+        after.is_some_and(|a| a - before <= 2),
+        "{after:?} pages allocated in all, {before} when a quarter had arrived (seed {s})"
+    );
+    assert!(
+        most > 0 && most <= PAGE_POOL * payload,
+        "{most} bytes of pages held"
+    );
+    p.run_until(Duration::from_secs(2), |_| false);
+    assert_eq!(p.b.pages_held(), 0, "pages kept after a second without use");
 }
 
 /// Where the receiving application is what holds the transfer back, the sender waits for

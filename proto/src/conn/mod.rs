@@ -811,6 +811,7 @@ impl Connection {
         h: &DataHeader,
         payload: &mut Vec<u8>,
         len: usize,
+        offer: &mut Option<Vec<u8>>,
     ) {
         let now_us = self.us(now);
         if let State::Closed(_) = self.state {
@@ -819,7 +820,9 @@ impl Connection {
         self.last_rsp_us = now_us;
         self.listener_rtt_sample(now_us);
         if matches!(self.state, State::Connected | State::Closing) {
+            self.rbuf.offer(offer.take());
             self.on_data(now_us, self.us(received), h, Payload::Owned(payload, len));
+            *offer = self.rbuf.take_offer();
         }
     }
 
@@ -1140,12 +1143,6 @@ impl Connection {
         self.stats.bytes_delivered_in_pages += len as u64;
         self.on_app_read();
         Some((p, len))
-    }
-
-    /// Gives back a page from [`Connection::recv_page`] for reuse outside a read: kept as a
-    /// spare within the buffer's few, freed otherwise.
-    pub fn give_page(&mut self, page: Vec<u8>) {
-        self.rbuf.give_page(page);
     }
 
     /// Bytes of a page [`Connection::recv_page`] hands out (set when the connection is

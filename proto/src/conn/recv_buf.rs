@@ -142,6 +142,8 @@ pub(crate) struct RecvBuffer {
     allocated: usize,
     /// Pages allocated fresh (zeroed) rather than taken from the spares, since the start.
     pages_new: u64,
+    /// A buffer offered for the next owned payload's place (see [`RecvBuffer::offer`]).
+    offered: Option<Vec<u8>>,
     /// Set while the endpoint's buffers are over its memory budget: no new memory then.
     pressure: Pressure,
     /// Sequence number of the head slot: the next packet to deliver.
@@ -202,6 +204,7 @@ impl RecvBuffer {
             meta_spare: Vec::new(),
             allocated: 0,
             pages_new: 0,
+            offered: None,
             pressure: Pressure::default(),
             read_seq: isn,
             head: 0,
@@ -376,6 +379,17 @@ impl RecvBuffer {
             + self.meta.capacity() * std::mem::size_of::<Vec<RSlot>>()
     }
 
+    /// Offers a buffer to take the place of the next owned payload kept (before the
+    /// buffer's own spares); [`RecvBuffer::take_offer`] gives it back if unused.
+    pub fn offer(&mut self, b: Option<Vec<u8>>) {
+        self.offered = b;
+    }
+
+    /// The buffer offered and not used.
+    pub fn take_offer(&mut self) -> Option<Vec<u8>> {
+        self.offered.take()
+    }
+
     /// Pages allocated fresh (zeroed) rather than reused from the spares, since the start.
     pub fn pages_new(&self) -> u64 {
         self.pages_new
@@ -450,7 +464,8 @@ impl RecvBuffer {
                 if self.pages[p].is_empty() {
                     // The caller's buffer becomes the page; it gets a spare (or a new
                     // buffer of the same length) back.
-                    let back = match self.spare.pop() {
+                    let offered = self.offered.take().filter(|b| b.len() == self.slot_size);
+                    let back = match offered.or_else(|| self.spare.pop()) {
                         Some(page) => page,
                         None if self.pressure.on() => return Insert::NoMemory,
                         None => {

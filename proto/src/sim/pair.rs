@@ -175,6 +175,11 @@ impl Pair {
         }
     }
 
+    /// Where the payload buffer `b`'s next split receive writes into starts (with `b_owned`).
+    pub fn b_payload_ptr(&self) -> *const u8 {
+        self.b_payload.as_ptr()
+    }
+
     /// Delivers a datagram to `b` as if it came from `from` (for hostile-input tests); split
     /// as any other if `b_owned` says so.
     pub fn inject_b(&mut self, from: SocketAddr, datagram: &[u8]) {
