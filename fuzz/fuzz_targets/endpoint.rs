@@ -2,11 +2,13 @@
 //! carries an established connection with data in flight. Nothing may panic, and the endpoint
 //! must never hold more than the one legitimate connection (no state for unauthenticated peers).
 //! Half the runs use large payloads, which the listener side receives split (header apart,
-//! payload in a buffer it may keep: `Endpoint::handle_data_owned`).
+//! payload in a buffer it may keep: `Endpoint::handle_data_owned`). Records may also have the
+//! listener's reader take whole pages out and give them back to the endpoint, or give it a
+//! page of any length (`Endpoint::give_page`), for the next payloads to be written into.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use slipstream_proto::conn::{ConnConfig, Mode};
+use slipstream_proto::conn::{ConnConfig, Mode, StreamRead};
 use slipstream_proto::sim::{LinkConfig, Pair};
 use std::time::Duration;
 
@@ -47,6 +49,25 @@ fuzz_target!(|input: &[u8]| {
         p.inject_b(from, body);
         if kind & 2 != 0 {
             p.step(Duration::from_millis(u64::from(kind >> 2)));
+        }
+        // A reader: pages taken out and given back to the endpoint, and a page of a length
+        // of the input's choosing.
+        if kind & 0x40 != 0 {
+            let now = p.now;
+            let mut pages = Vec::new();
+            let ids: Vec<_> = p.b.ids().collect();
+            for id in ids {
+                if let Some(c) = p.b.conn(id) {
+                    let mut buf = [0u8; 512];
+                    while let Ok(StreamRead::Page(page, _)) = c.recv_page(&mut buf, &mut None) {
+                        pages.push(page);
+                    }
+                }
+            }
+            pages.push(vec![0u8; body.len() * 97]);
+            for page in pages {
+                p.b.give_page(now, page);
+            }
         }
     }
     p.run_until(Duration::from_millis(100), |_| false);

@@ -6,8 +6,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use slipstream_proto::wire::file::{
-    FileHeader, Offer, OfferParse, Start, Verdict, VerdictParse, FILE_HEADER_LEN,
-    MAX_OFFER_CHUNKS, MAX_REASON, OFFER_HEAD_LEN, START_LEN, VERDICT_HEAD_LEN,
+    FileHeader, Offer, OfferParse, Start, Verdict, VerdictParse, FILE_HEADER_LEN, MAX_OFFER_CHUNKS,
+    MAX_REASON, OFFER_HEAD_LEN, START_LEN, VERDICT_HEAD_LEN,
 };
 
 fuzz_target!(|data: &[u8]| {

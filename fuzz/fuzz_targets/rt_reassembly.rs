@@ -8,7 +8,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use slipstream_proto::rt::header::{units, RtHeader, RT_HEADER_LEN};
-use slipstream_proto::rt::reassembly::{Outcome, ReassemblyConfig, Reassembler};
+use slipstream_proto::rt::reassembly::{Outcome, Reassembler, ReassemblyConfig};
 use std::time::{Duration, Instant};
 
 fuzz_target!(|data: &[u8]| {
