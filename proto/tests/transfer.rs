@@ -886,6 +886,29 @@ fn owned_payloads_cross_a_lossy_path_byte_exact() {
     );
 }
 
+/// A pair over a clean 2 Gbit/s path with 1 ms each way, packets of 64 KiB (a page each),
+/// the receiving side's payloads received apart from their headers; connected.
+fn paged_pair(s: u64) -> (Pair, ConnId, ConnId) {
+    let mut p = Pair::new(s, path(1, 0.0, Some(2_000_000_000)), path(1, 0.0, None));
+    p.b_owned = true;
+    let mut cfg = file_cfg();
+    cfg.set_mss(65_535);
+    let (ca, cb) = connect(&mut p, cfg);
+    (p, ca, cb)
+}
+
+/// The sending application: offers `data` to `ca`, and closes once all of it is queued.
+fn feed(p: &mut Pair, ca: ConnId, data: &[u8], sent: &mut usize, closed: &mut bool) {
+    let now = p.now;
+    if let Some(c) = p.a.conn(ca) {
+        offer(c, now, data, sent);
+        if *sent == data.len() && !*closed {
+            c.close(now);
+            *closed = true;
+        }
+    }
+}
+
 /// A reader that takes whole pages out in batches and gives one back for each it takes
 /// (from a stash of earlier ones, as `recv_pages` does), polling the buffer often and
 /// finding it empty, reuses the buffer's pages: once the transfer runs, no page is
@@ -897,11 +920,7 @@ fn pages_taken_and_given_back_circulate_without_new_allocation() {
     const BATCH: usize = 16;
     let s = seed(38);
     let _g = SeedGuard(s);
-    let mut p = Pair::new(s, path(1, 0.0, Some(2_000_000_000)), path(1, 0.0, None));
-    p.b_owned = true;
-    let mut cfg = file_cfg();
-    cfg.set_mss(65_535);
-    let (ca, cb) = connect(&mut p, cfg);
+    let (mut p, ca, cb) = paged_pair(s);
     let data = content(200_000_000, s);
     let (mut sent, mut closed, mut eof) = (0, false, false);
     let (mut got, mut buf) = (0usize, vec![0u8; 10_000]);
@@ -912,13 +931,7 @@ fn pages_taken_and_given_back_circulate_without_new_allocation() {
     let mut woke = p.now;
     let ok = p.run_until(Duration::from_secs(60), |p| {
         let now = p.now;
-        if let Some(c) = p.a.conn(ca) {
-            offer(c, now, &data, &mut sent);
-            if sent == data.len() && !closed {
-                c.close(now);
-                closed = true;
-            }
-        }
+        feed(p, ca, &data, &mut sent, &mut closed);
         let c = p.b.conn(cb).expect("receiver");
         if now < woke + Duration::from_millis(2) {
             return eof;
@@ -970,11 +983,7 @@ fn pages_given_back_to_the_endpoint_are_written_next() {
     const BATCH: usize = 16;
     let s = seed(39);
     let _g = SeedGuard(s);
-    let mut p = Pair::new(s, path(1, 0.0, Some(2_000_000_000)), path(1, 0.0, None));
-    p.b_owned = true;
-    let mut cfg = file_cfg();
-    cfg.set_mss(65_535);
-    let (ca, cb) = connect(&mut p, cfg);
+    let (mut p, ca, cb) = paged_pair(s);
     let payload = p.b.conn(cb).expect("receiver").payload_size();
     let data = content(100_000_000, s);
     let (mut sent, mut closed, mut eof) = (0, false, false);
@@ -998,13 +1007,7 @@ fn pages_given_back_to_the_endpoint_are_written_next() {
                 last = None;
             }
         }
-        if let Some(c) = p.a.conn(ca) {
-            offer(c, now, &data, &mut sent);
-            if sent == data.len() && !closed {
-                c.close(now);
-                closed = true;
-            }
-        }
+        feed(p, ca, &data, &mut sent, &mut closed);
         if now < woke + Duration::from_millis(2) {
             return eof;
         }
