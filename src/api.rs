@@ -899,6 +899,7 @@ impl Connection {
             return Ok(0);
         }
         let mut g = self.shared.lock();
+        let held = pages.len();
         let n = loop {
             let c = g.ep.conn(self.id).ok_or_else(gone)?;
             // A spare goes back (to the endpoint, for the next payload received) only for
@@ -913,7 +914,7 @@ impl Connection {
                             None => break,
                         }
                     }
-                    let back = spares.len().min(pages.len());
+                    let back = spares.len().min(pages.len() - held);
                     let now = Instant::now();
                     for s in spares.drain(spares.len() - back..) {
                         g.ep.give_page(now, s);

@@ -517,6 +517,46 @@ fn pages_of_the_receive_buffer_are_handed_out_whole() {
     }
 }
 
+/// `recv_pages` gives back one spare for each page it takes (to the endpoint, whose next
+/// receives write into them) and leaves the rest with the caller, also when `pages` already
+/// holds pages from an earlier call.
+#[test]
+fn recv_pages_gives_back_one_spare_for_each_page_taken() {
+    let p = pair(Mode::File, EndpointOptions::default());
+    let page_len = p.server.recv_page_len().unwrap();
+    let payload = data(6 * page_len, 9);
+    let mut sent = 0;
+    while sent < payload.len() {
+        sent += p.client.send(&payload[sent..]).unwrap();
+    }
+    p.client.close().unwrap();
+    let mut buf = vec![0u8; 1000];
+    // Two pages from before, still held, and ten spares.
+    let mut pages: Vec<(Vec<u8>, usize)> = vec![(vec![0; page_len], 0), (vec![0; page_len], 0)];
+    let mut spares: Vec<Vec<u8>> = (0..10).map(|_| vec![0; page_len]).collect();
+    let mut got = Vec::new();
+    while got.len() < payload.len() {
+        let before = (pages.len(), spares.len());
+        let n = p
+            .server
+            .recv_pages(&mut buf, &mut spares, &mut pages, 4)
+            .unwrap();
+        got.extend_from_slice(&buf[..n]);
+        let taken = pages.len() - before.0;
+        assert_eq!(
+            spares.len(),
+            before.1 - taken.min(before.1),
+            "{taken} pages taken, {} spares of {} left",
+            spares.len(),
+            before.1
+        );
+        for (page, len) in pages.drain(2..) {
+            got.extend_from_slice(&page[..len]);
+        }
+    }
+    assert!(got == payload, "received bytes differ");
+}
+
 /// The digest trailer is found wherever the stream's end falls against the pages: at a
 /// page's end, inside a page, split between a page and a copy.
 #[test]
