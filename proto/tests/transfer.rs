@@ -909,6 +909,36 @@ fn feed(p: &mut Pair, ca: ConnId, data: &[u8], sent: &mut usize, closed: &mut bo
     }
 }
 
+/// The receiving application: reads until `held` has `batch` pages or nothing is left,
+/// giving the connection a spare from `stash` for each page it takes (with a stash).
+/// Returns the bytes read and whether the stream ended.
+fn take_pages(
+    c: &mut Connection,
+    buf: &mut [u8],
+    mut stash: Option<&mut Vec<Vec<u8>>>,
+    held: &mut Vec<Vec<u8>>,
+    batch: usize,
+) -> (usize, bool) {
+    let mut got = 0;
+    while held.len() < batch {
+        let mut spare = stash.as_deref_mut().and_then(Vec::pop);
+        let r = c.recv_page(buf, &mut spare);
+        if let Some(st) = stash.as_deref_mut() {
+            st.extend(spare);
+        }
+        match r {
+            Ok(StreamRead::Copied(0)) => return (got, true),
+            Ok(StreamRead::Copied(n)) => got += n,
+            Ok(StreamRead::Page(page, len)) => {
+                got += len;
+                held.push(page);
+            }
+            Err(_) => break,
+        }
+    }
+    (got, false)
+}
+
 /// A reader that takes whole pages out in batches and gives one back for each it takes
 /// (from a stash of earlier ones, as `recv_pages` does), polling the buffer often and
 /// finding it empty, reuses the buffer's pages: once the transfer runs, no page is
@@ -937,23 +967,8 @@ fn pages_taken_and_given_back_circulate_without_new_allocation() {
             return eof;
         }
         woke = now;
-        while held.len() < BATCH {
-            let mut spare = stash.pop();
-            let r = c.recv_page(&mut buf, &mut spare);
-            stash.extend(spare);
-            match r {
-                Ok(StreamRead::Copied(0)) => {
-                    eof = true;
-                    break;
-                }
-                Ok(StreamRead::Copied(n)) => got += n,
-                Ok(StreamRead::Page(page, len)) => {
-                    got += len;
-                    held.push(page);
-                }
-                Err(_) => break,
-            }
-        }
+        let (n, end) = take_pages(c, &mut buf, Some(&mut stash), &mut held, BATCH);
+        (got, eof) = (got + n, eof || end);
         stash.append(&mut held);
         if warm.is_none() && got >= data.len() / 4 {
             warm = Some((c.stats(now).rcv_pages_allocated, got));
@@ -1013,20 +1028,8 @@ fn pages_given_back_to_the_endpoint_are_written_next() {
         }
         woke = now;
         let c = p.b.conn(cb).expect("receiver");
-        while held.len() < BATCH {
-            match c.recv_page(&mut buf, &mut None) {
-                Ok(StreamRead::Copied(0)) => {
-                    eof = true;
-                    break;
-                }
-                Ok(StreamRead::Copied(n)) => got += n,
-                Ok(StreamRead::Page(page, len)) => {
-                    got += len;
-                    held.push(page);
-                }
-                Err(_) => break,
-            }
-        }
+        let (n, end) = take_pages(c, &mut buf, None, &mut held, BATCH);
+        (got, eof) = (got + n, eof || end);
         if warm.is_none() && got >= data.len() / 4 {
             warm = Some(c.stats(now).rcv_pages_allocated);
         }
