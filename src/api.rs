@@ -857,7 +857,7 @@ impl Connection {
     /// takes that page out instead of copying it, for the caller to write out from where the
     /// packets landed: `Page(page, len)`, the stream's next bytes being `page[..len]`.
     /// Otherwise copies into `buf`, up to the end of the current page. `spare` gives back a
-    /// page from an earlier call for reuse (the endpoint's next receive writes into it,
+    /// page from an earlier call for reuse (a later receive writes into it,
     /// [`crate::proto::endpoint::Endpoint::give_page`]). `Copied(0)` is the end of the stream.
     pub fn recv_page(&self, buf: &mut [u8], mut spare: Option<Vec<u8>>) -> io::Result<StreamRead> {
         if buf.is_empty() {
@@ -871,7 +871,7 @@ impl Connection {
                     self.read_done(c.ack_pending());
                     // The spare goes to the endpoint, for the next payload received.
                     if let Some(s) = spare.take() {
-                        g.ep.give_page(Instant::now(), s);
+                        g.ep.give_page(Instant::now(), self.id, s);
                     }
                     return Ok(r);
                 }
@@ -884,8 +884,9 @@ impl Connection {
     /// Stream mode: reads as [`Connection::recv_page`] does, and when that gives a page,
     /// takes the whole pages that follow it too, up to `max` in all, under one lock: fewer
     /// lock round trips and fewer, larger writes for the caller. The pages are appended to
-    /// `pages`; `spares` gives back pages from earlier calls (one per page taken, to the
-    /// endpoint, whose next receives write into them; the rest stay in it). Returns
+    /// `pages`; `spares` gives back pages from earlier calls (one per page taken, for later
+    /// receives to write into, [`crate::proto::endpoint::Endpoint::give_page`]; the rest
+    /// stay in it). Returns
     /// the bytes copied into `buf` instead (where the next bytes are not a whole page); 0
     /// with no page added is the end of the stream.
     pub fn recv_pages(
@@ -902,8 +903,8 @@ impl Connection {
         let held = pages.len();
         let n = loop {
             let c = g.ep.conn(self.id).ok_or_else(gone)?;
-            // A spare goes back (to the endpoint, for the next payload received) only for
-            // a page taken; the caller keeps the rest.
+            // A spare goes back (for the next payloads received) only for a page taken; the
+            // caller keeps the rest.
             match c.recv_page(buf, &mut None) {
                 Ok(StreamRead::Copied(n)) => break n,
                 Ok(StreamRead::Page(p, len)) => {
@@ -917,7 +918,7 @@ impl Connection {
                     let back = spares.len().min(pages.len() - held);
                     let now = Instant::now();
                     for s in spares.drain(spares.len() - back..) {
-                        g.ep.give_page(now, s);
+                        g.ep.give_page(now, self.id, s);
                     }
                     break 0;
                 }

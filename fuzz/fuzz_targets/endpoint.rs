@@ -56,17 +56,19 @@ fuzz_target!(|input: &[u8]| {
             let now = p.now;
             let mut pages = Vec::new();
             let ids: Vec<_> = p.b.ids().collect();
-            for id in ids {
+            for &id in &ids {
                 if let Some(c) = p.b.conn(id) {
                     let mut buf = [0u8; 512];
                     while let Ok(StreamRead::Page(page, _)) = c.recv_page(&mut buf, &mut None) {
-                        pages.push(page);
+                        pages.push((id, page));
                     }
                 }
             }
-            pages.push(vec![0u8; body.len() * 97]);
-            for page in pages {
-                p.b.give_page(now, page);
+            if let Some(&id) = ids.first() {
+                pages.push((id, vec![0u8; body.len() * 97]));
+            }
+            for (id, page) in pages {
+                p.b.give_page(now, id, page);
             }
         }
     }

@@ -328,6 +328,9 @@ pub struct Endpoint {
     pages: Vec<Vec<u8>>,
     /// When a page of `pages` was last taken or given (they are freed a second later).
     pages_at: Option<Instant>,
+    /// When an owned payload last arrived, and its buffer's length: pages of that length go
+    /// to `pages` while they keep arriving.
+    owned_at: Option<(Instant, usize)>,
 }
 
 impl Endpoint {
@@ -362,6 +365,7 @@ impl Endpoint {
             joined: Vec::new(),
             pages: Vec::new(),
             pages_at: None,
+            owned_at: None,
         }
     }
 
@@ -668,18 +672,29 @@ impl Endpoint {
         max.filter(|&n| n >= OWNED_PAYLOAD_MIN)
     }
 
-    /// Gives back a page a reader took out ([`Connection::recv_page`]) for reuse: the next
-    /// owned payload a connection keeps ([`Endpoint::handle_data_owned`]) leaves in its place
-    /// the page given back last. Readers give one back for each page they take, and a page
-    /// just read is still in cache, where a receive into it writes faster: with a spare of
-    /// each connection's own, 1,000 streams over loopback wrote into pages given back tens of
-    /// milliseconds before, and moved 23 Gbit/s against 27-28 (its listener's resident memory
-    /// 91-131 MB against 45-48). Kept: at most [`PAGE_POOL`], of the length owned payloads
-    /// have now ([`Endpoint::owned_payload_len`]), none under memory pressure; freed a
-    /// second after the last was given or taken ([`Endpoint::handle_timeout`]).
-    pub fn give_page(&mut self, now: Instant, page: Vec<u8>) {
-        let fits = self.slot_sizes.keys().next_back() == Some(&page.len());
-        if fits && self.pages.len() < PAGE_POOL && !self.pressure.on() {
+    /// Gives back a page a reader of connection `id` took out ([`Connection::recv_page`])
+    /// for reuse. While owned payloads of its length arrive ([`Endpoint::handle_data_owned`],
+    /// in the last second), it goes to the endpoint, and the next one any connection keeps
+    /// leaves in its place the page given back last: a page just read is still in cache,
+    /// where a receive into it writes faster. With a spare of each connection's own, 1,000
+    /// streams over loopback wrote into pages given back tens of milliseconds before, and
+    /// moved 23 Gbit/s against 27-28 (its listener's resident memory 91-131 MB against
+    /// 45-48). The endpoint keeps at most [`PAGE_POOL`], none under memory pressure, and
+    /// frees them a second after the last was given or taken ([`Endpoint::handle_timeout`]).
+    /// Otherwise (payloads copied into the buffer: smaller packets, or a datapath that does
+    /// not split receives) the page goes to the connection's own spares, where its next
+    /// packets are copied.
+    pub fn give_page(&mut self, now: Instant, id: ConnId, page: Vec<u8>) {
+        let owned = self.owned_at.is_some_and(|(t, len)| {
+            len == page.len() && now.saturating_duration_since(t) < PAGES_IDLE
+        });
+        if !owned {
+            if let Some(c) = self.conn(id) {
+                c.give_page(page);
+            }
+            return;
+        }
+        if self.pages.len() < PAGE_POOL && !self.pressure.on() {
             self.pages.push(page);
             self.pages_at = Some(now);
         }
@@ -729,6 +744,7 @@ impl Endpoint {
             return;
         };
         self.share_window(now, received, i);
+        self.owned_at = Some((now, payload.len()));
         let mut offer = self.pages.pop();
         if offer.is_some() {
             self.pages_at = Some(now);

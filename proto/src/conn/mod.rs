@@ -1145,6 +1145,12 @@ impl Connection {
         Some((p, len))
     }
 
+    /// Gives back a page [`Connection::recv_page`] took out, for the next packets copied
+    /// into the buffer (kept as a spare up to as many as the ring has pages).
+    pub fn give_page(&mut self, page: Vec<u8>) {
+        self.rbuf.give_page(page);
+    }
+
     /// Bytes of a page [`Connection::recv_page`] hands out (set when the connection is
     /// established, by the negotiated packet size).
     pub fn recv_page_len(&self) -> usize {
