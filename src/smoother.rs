@@ -148,7 +148,7 @@ impl HostSmoother {
     /// on the link.
     pub fn take_nrt(&self, now: Instant, ip_bytes: usize) {
         let mut g = self.state(now);
-        g.smoother.take_nrt();
+        g.smoother.take_nrt(ip_bytes);
         if let Some(l) = &mut g.link {
             l.account(now, ip_bytes);
         }

@@ -46,7 +46,9 @@ pub use crate::smoother::HostSmoother;
 pub use crate::sys::uring::pool::Buf;
 pub use slipstream_proto::rt::header::Class;
 pub use slipstream_proto::rt::reassembly::ReassemblyStats;
-pub use slipstream_proto::rt::smoother::{NrtRule, SmootherConfig, SmootherStats};
+pub use slipstream_proto::rt::smoother::{
+    CreditUnit, NrtRule, SmootherConfig, SmootherStats, FULL_DATAGRAM,
+};
 
 use crate::datapath::{Datapath, DatapathStats};
 use crate::sys::mmsg::{Mark, Mmsg};

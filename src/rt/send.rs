@@ -387,9 +387,19 @@ impl Sender {
             let room = self.room(now);
             let want = (p.total - p.done).min(room).min(HDRS as u32);
             let n = match &mut self.smoother {
-                Some(g) => g.with(now, |s| {
-                    (0..want).take_while(|_| s.try_nrt()).count() as u32
-                }),
+                Some(g) => {
+                    let (frag, ip_udp) = (u32::from(self.frag_len), self.ip_udp);
+                    let len = p.buf.len() as u32;
+                    g.with(now, |s| {
+                        (0..want)
+                            .take_while(|&j| {
+                                let off = (p.done + j) * frag;
+                                let payload = frag.min(len.saturating_sub(off)) as usize;
+                                s.try_nrt(payload + RT_HEADER_LEN + ip_udp)
+                            })
+                            .count() as u32
+                    })
+                }
                 None => want,
             };
             let went = n == 0 || self.send_fragments(&mut p, n, now, dp, None, stats);
@@ -511,14 +521,10 @@ impl Sender {
             Err(_) => n,
         };
         for (&(_, start, end), &count) in self.spans[..went].iter().zip(&counts) {
-            account(
-                &self.smoother,
-                &mut self.below,
-                now,
-                end - start + self.ip_udp,
-            );
+            let bytes = end - start + self.ip_udp;
+            account(&self.smoother, &mut self.below, now, bytes);
             if let Some(g) = &mut self.smoother {
-                g.with(now, |s| s.take_rt());
+                g.with(now, |s| s.take_rt(bytes));
             }
             for _ in 0..count {
                 self.rt.pop_front();
@@ -584,7 +590,7 @@ impl Sender {
             match p.class {
                 Class::Rt => {
                     if let Some(g) = &mut self.smoother {
-                        g.with(now, |s| s.take_rt());
+                        g.with(now, |s| s.take_rt(bytes));
                     }
                     stats.rt_fragments += 1;
                 }

@@ -116,6 +116,38 @@ fn the_smoother_holds_non_real_time_packets_and_never_real_time_ones() {
     assert_eq!(s.nrt_fragments, 4);
 }
 
+/// With byte credits each fragment takes its own IP size: small messages take a share of
+/// a credit, and the short last fragment of a message goes where a full one would wait.
+#[test]
+fn byte_credits_charge_each_fragment_its_size() {
+    let cfg = RtConfig {
+        smoother: held(4).map(|c| SmootherConfig {
+            unit: CreditUnit::Byte,
+            ..c
+        }),
+        ..RtConfig::default()
+    };
+    let mut a = RtSocket::open(lo(), cfg).unwrap();
+    let b = UdpSocket::bind(lo()).unwrap();
+    let dst = b.local_addr().unwrap();
+    let f = a.fragment_len();
+    // 4 credits are 6,000 bytes; ten datagrams of 100 + 32 + 28 bytes take 1,600.
+    for i in 0..10 {
+        send(&mut a, dst, 100, i, Class::Nrt);
+    }
+    assert_eq!((a.stats().nrt_fragments, a.queued()), (10, (0, 0)));
+    // Fragments of 1,500, 1,500 and 180 bytes: 4,400 left, all three go.
+    send(&mut a, dst, 2 * f + 120, 10, Class::Nrt);
+    assert_eq!((a.stats().nrt_fragments, a.queued()), (13, (0, 0)));
+    // 1,220 bytes left: a full fragment waits; a real-time datagram of 160 bytes does not.
+    send(&mut a, dst, f, 11, Class::Nrt);
+    send(&mut a, dst, 100, 12, Class::Rt);
+    let s = a.stats();
+    assert_eq!((s.nrt_fragments, s.rt_fragments), (13, 1));
+    assert_eq!(a.queued(), (0, 1));
+    assert_eq!(s.credits, 0, "1,060 bytes: no whole credit");
+}
+
 #[test]
 fn a_full_queue_refuses_with_the_reason_and_gives_the_buffer_back() {
     let cfg = RtConfig {

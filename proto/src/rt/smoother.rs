@@ -11,7 +11,9 @@
 //! refreshes once, from the time it is made).
 //!
 //! Choices where the paper is silent, each a field of [`SmootherConfig`]:
-//! - the credit unit is a packet (the paper's);
+//! - what a credit buys: a datagram of any size (the paper's packet), or
+//!   [`CreditUnit::Byte`], the measured alternative: a full datagram's bytes, a datagram taking
+//!   its own size;
 //! - whether a non-real-time packet needs `CNS ≥ 0` (Fig. 5) or at least one credit (the
 //!   prose): [`NrtRule`], default [`NrtRule::OneCredit`], with which no refresh interval
 //!   releases more non-real-time packets than the credits it began with;
@@ -21,6 +23,21 @@
 //!   `CBD` of those, the same long-run rate without a burst of `CBD` back to back.
 
 use std::time::{Duration, Instant};
+
+/// A full datagram, IP bytes: what one credit is worth when credits count bytes (an
+/// Ethernet MTU).
+pub const FULL_DATAGRAM: usize = 1500;
+
+/// What one credit buys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CreditUnit {
+    /// One datagram, whatever its size (the paper's packet).
+    #[default]
+    Packet,
+    /// [`FULL_DATAGRAM`] bytes of IP packets: a datagram takes its own size in credit, so a
+    /// 316-byte real-time datagram takes a fifth of a full one's.
+    Byte,
+}
 
 /// When a non-real-time packet may leave.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +71,8 @@ pub struct SmootherConfig {
     /// faster periods, instead of the paper's full bucket at RP0: hosts that start together
     /// then do not all send a bucket at once before any report can reach them.
     pub cautious_start: bool,
+    /// What a credit buys.
+    pub unit: CreditUnit,
 }
 
 impl Default for SmootherConfig {
@@ -67,6 +86,7 @@ impl Default for SmootherConfig {
             nrt_rule: NrtRule::OneCredit,
             spread: false,
             cautious_start: false,
+            unit: CreditUnit::Packet,
         }
     }
 }
@@ -90,6 +110,7 @@ pub struct SmootherStats {
 #[derive(Debug, Clone)]
 pub struct Smoother {
     cfg: SmootherConfig,
+    /// Credit in bytes: a credit is [`FULL_DATAGRAM`] of them, whatever the unit.
     credits: i64,
     rp: Duration,
     next: Instant,
@@ -108,7 +129,7 @@ impl Smoother {
         let (rp, credits) = if cfg.cautious_start {
             (rp_max, 0)
         } else {
-            (cfg.rp0.clamp(cfg.rp_min, rp_max), i64::from(cfg.depth))
+            (cfg.rp0.clamp(cfg.rp_min, rp_max), depth_bytes(&cfg))
         };
         let depth = cfg.depth.max(1);
         Smoother {
@@ -122,28 +143,40 @@ impl Smoother {
         }
     }
 
-    /// A real-time packet leaves: it takes a credit, into debt if need be.
-    pub fn take_rt(&mut self) {
-        self.credits -= 1;
+    /// A real-time datagram of `ip_bytes` leaves: it takes its credit, into debt if need be.
+    pub fn take_rt(&mut self, ip_bytes: usize) {
+        self.credits -= self.cost(ip_bytes);
         self.stats.rt += 1;
     }
 
-    /// Whether a non-real-time packet would be let go now (nothing is taken or counted).
-    pub fn nrt_ready(&self) -> bool {
-        self.credits >= self.floor()
+    /// What a datagram of `ip_bytes` takes, in bytes of credit.
+    fn cost(&self, ip_bytes: usize) -> i64 {
+        match self.cfg.unit {
+            CreditUnit::Packet => FULL_DATAGRAM as i64,
+            CreditUnit::Byte => ip_bytes.max(1) as i64,
+        }
     }
 
-    fn floor(&self) -> i64 {
+    /// Whether a full non-real-time datagram would be let go now (nothing is taken or
+    /// counted).
+    pub fn nrt_ready(&self) -> bool {
+        self.credits >= self.floor(FULL_DATAGRAM)
+    }
+
+    /// The credit a non-real-time datagram of `ip_bytes` needs to leave: its own (never more
+    /// than a full bucket), or with Fig. 5's rule only none owed.
+    fn floor(&self, ip_bytes: usize) -> i64 {
         match self.cfg.nrt_rule {
-            NrtRule::OneCredit => 1,
+            NrtRule::OneCredit => self.cost(ip_bytes).min(depth_bytes(&self.cfg).max(1)),
             NrtRule::NonNegative => 0,
         }
     }
 
-    /// Whether a non-real-time packet may leave now; if so, it has taken its credit.
-    pub fn try_nrt(&mut self) -> bool {
-        if self.credits >= self.floor() {
-            self.credits -= 1;
+    /// Whether a non-real-time datagram of `ip_bytes` may leave now; if so, it has taken its
+    /// credit.
+    pub fn try_nrt(&mut self, ip_bytes: usize) -> bool {
+        if self.credits >= self.floor(ip_bytes) {
+            self.credits -= self.cost(ip_bytes);
             self.stats.nrt += 1;
             true
         } else {
@@ -158,11 +191,11 @@ impl Smoother {
         self.stats.nrt_held += 1;
     }
 
-    /// A non-real-time packet left without asking (its sender had checked
+    /// A non-real-time datagram of `ip_bytes` left without asking (its sender had checked
     /// [`Self::nrt_ready`], and another took the credit in between): it takes its credit all
     /// the same.
-    pub fn take_nrt(&mut self) {
-        self.credits -= 1;
+    pub fn take_nrt(&mut self, ip_bytes: usize) {
+        self.credits -= self.cost(ip_bytes);
         self.stats.nrt += 1;
     }
 
@@ -190,10 +223,10 @@ impl Smoother {
         if now < self.next {
             return;
         }
-        let depth = i64::from(self.cfg.depth);
+        let depth = depth_bytes(&self.cfg);
         if self.cfg.spread {
             // One credit now; the period adapts once every `depth` of these.
-            self.credits = (self.credits + 1).min(depth);
+            self.credits = (self.credits + FULL_DATAGRAM as i64).min(depth);
             self.ticks += 1;
             if self.ticks >= self.cfg.depth.max(1) {
                 self.ticks = 0;
@@ -227,9 +260,9 @@ impl Smoother {
         self.rp
     }
 
-    /// Credits left (negative: debt of real-time packets).
+    /// Credits left, in full datagrams (rounded down; negative: debt of real-time packets).
     pub fn credits(&self) -> i64 {
-        self.credits
+        self.credits.div_euclid(FULL_DATAGRAM as i64)
     }
 
     /// The counters.
@@ -238,11 +271,17 @@ impl Smoother {
     }
 }
 
+/// The bucket's depth in bytes of credit.
+fn depth_bytes(cfg: &SmootherConfig) -> i64 {
+    i64::from(cfg.depth) * FULL_DATAGRAM as i64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const MS: Duration = Duration::from_millis(1);
+    const FULL: usize = FULL_DATAGRAM;
 
     /// Refreshes at each due time, with loss reported before those marked; the periods after.
     fn trace(s: &mut Smoother, losses: &[bool]) -> Vec<u64> {
@@ -283,14 +322,14 @@ mod tests {
         };
         let mut s = Smoother::new(cfg, t);
         assert_eq!((s.period(), s.credits()), (100 * MS, 0));
-        assert!(!s.try_nrt(), "nothing before the first refresh");
+        assert!(!s.try_nrt(FULL), "nothing before the first refresh");
         s.delay_refresh(30 * MS);
         assert_eq!(s.next_refresh(), t + 130 * MS);
         s.handle_timeout(t + 100 * MS);
         assert_eq!(s.credits(), 0, "not due yet");
         // Loss-free refreshes shorten the period step by step from the longest.
         assert_eq!(trace(&mut s, &[false; 3]), [98, 96, 94]);
-        assert_eq!((0..100).take_while(|_| s.try_nrt()).count(), 40);
+        assert_eq!((0..100).take_while(|_| s.try_nrt(FULL)).count(), 40);
     }
 
     #[test]
@@ -303,13 +342,13 @@ mod tests {
             };
             let mut s = Smoother::new(cfg, t);
             // 30 real-time packets, then as many NRT ones as will go.
-            (0..30).for_each(|_| s.take_rt());
-            let first = (0..100).take_while(|_| s.try_nrt()).count();
+            (0..30).for_each(|_| s.take_rt(FULL));
+            let first = (0..100).take_while(|_| s.try_nrt(FULL)).count();
             // Real-time packets go into debt; the refresh repays it first.
-            (0..50).for_each(|_| s.take_rt());
+            (0..50).for_each(|_| s.take_rt(FULL));
             assert!(s.credits() < 0);
             s.handle_timeout(s.next_refresh());
-            let second = (0..100).take_while(|_| s.try_nrt()).count();
+            let second = (0..100).take_while(|_| s.try_nrt(FULL)).count();
             match rule {
                 NrtRule::OneCredit => assert_eq!((first, second), (10, 0)),
                 NrtRule::NonNegative => assert_eq!((first, second), (11, 0)),
@@ -318,10 +357,44 @@ mod tests {
             for _ in 0..3 {
                 s.handle_timeout(s.next_refresh());
             }
-            let full = (0..100).take_while(|_| s.try_nrt()).count();
+            let full = (0..100).take_while(|_| s.try_nrt(FULL)).count();
             let want = if rule == NrtRule::OneCredit { 40 } else { 41 };
             assert_eq!(full, want);
         }
+    }
+
+    /// Byte credits: a small real-time datagram takes a share of a credit, and a
+    /// non-real-time one needs its own size; with packet credits each takes a whole one.
+    #[test]
+    fn byte_credits_charge_each_datagram_its_size() {
+        let t = Instant::now();
+        for unit in [CreditUnit::Packet, CreditUnit::Byte] {
+            let cfg = SmootherConfig {
+                unit,
+                ..SmootherConfig::default()
+            };
+            let mut s = Smoother::new(cfg, t);
+            // 100 real-time datagrams of 300 bytes: 100 credits, or 30,000 bytes (20 credits).
+            (0..100).for_each(|_| s.take_rt(300));
+            let full = (0..100).take_while(|_| s.try_nrt(FULL)).count();
+            match unit {
+                CreditUnit::Packet => assert_eq!((s.credits(), full), (-60, 0)),
+                CreditUnit::Byte => assert_eq!((s.credits(), full), (0, 20)),
+            }
+        }
+        let cfg = SmootherConfig {
+            unit: CreditUnit::Byte,
+            ..SmootherConfig::default()
+        };
+        let mut s = Smoother::new(cfg, t);
+        (0..39).for_each(|_| s.take_rt(FULL));
+        s.take_rt(500);
+        // 1,000 bytes of credit left: a full datagram waits, a 700-byte one goes.
+        assert!(!s.nrt_ready());
+        assert!(!s.try_nrt(FULL));
+        assert!(s.try_nrt(700));
+        assert!(!s.try_nrt(700), "300 bytes left");
+        assert_eq!(s.stats().nrt, 1);
     }
 
     /// Spread credits: a backlog leaves one packet every RP / CBD, never two together, at the
@@ -337,13 +410,13 @@ mod tests {
         };
         let mut s = Smoother::new(fixed, t);
         // The first bucket is full; drain it.
-        assert_eq!((0..100).take_while(|_| s.try_nrt()).count(), 40);
+        assert_eq!((0..100).take_while(|_| s.try_nrt(FULL)).count(), 40);
         let mut released = Vec::new();
         let mut now = t;
         while now < t + 100 * MS {
             now += Duration::from_micros(10);
             s.handle_timeout(now);
-            while s.try_nrt() {
+            while s.try_nrt(FULL) {
                 released.push(now);
             }
         }
@@ -390,7 +463,7 @@ mod tests {
                     s.handle_timeout(now);
                     per_interval.push(0);
                 }
-                if s.try_nrt() {
+                if s.try_nrt(FULL) {
                     *per_interval.last_mut().unwrap() += 1;
                 }
             }

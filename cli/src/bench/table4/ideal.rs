@@ -95,7 +95,12 @@ impl Sim<'_> {
             if self.access[h].in_flight() >= below {
                 return;
             }
-            if !self.hosts[h].smoother.as_mut().is_some_and(|s| s.try_nrt()) {
+            let bytes = self.events[id].3 + OVERHEAD;
+            if !self.hosts[h]
+                .smoother
+                .as_mut()
+                .is_some_and(|s| s.try_nrt(bytes))
+            {
                 return;
             }
             self.hosts[h].waiting.pop_front();
@@ -109,8 +114,9 @@ impl Sim<'_> {
         let now = self.at(at_us);
         match (class, self.cfg.as_ref().map(|c| c.nrt_queue)) {
             (Class::Rt, _) | (Class::Nrt, None) => {
+                let bytes = self.events[id].3 + OVERHEAD;
                 if let Some(s) = &mut self.hosts[h].smoother {
-                    s.take_rt();
+                    s.take_rt(bytes);
                 }
                 self.send(id, now);
             }
