@@ -20,7 +20,7 @@ use node::ix;
 use serde::Serialize;
 use slipstream::datapath::Impairment;
 use slipstream::netem::{self, netns};
-use slipstream::rt::{Class, LossSignal, RtConfig, SmootherConfig};
+use slipstream::rt::{Class, CreditUnit, LossSignal, NrtRule, RtConfig, SmootherConfig};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -68,6 +68,24 @@ pub struct Table4Args {
     /// all-at-once).
     #[arg(long)]
     pub spread: bool,
+    /// What a smoother credit buys: a `packet` of any size (the paper's) or `byte`s (a full
+    /// datagram's worth; a datagram takes its own size).
+    #[arg(long, default_value = "packet", value_parser = ["packet", "byte"])]
+    pub credit: String,
+    /// When a non-real-time packet may leave: with `one` credit left (the paper's prose) or
+    /// while the credits are `nonneg`ative (its Fig. 5).
+    #[arg(long, default_value = "one", value_parser = ["one", "nonneg"])]
+    pub nrt_rule: String,
+    /// Credit bucket depth (CBD), packets (Table 3: 40).
+    #[arg(long, default_value_t = 40, value_parser = clap::value_parser!(u32).range(1..))]
+    pub depth: u32,
+    /// Shortest and longest refresh period, ms at time scale 1 (Table 3: 5 and 100; the
+    /// same twice holds the period fixed).
+    #[arg(long, value_name = "MIN,MAX", value_delimiter = ',', default_values_t = [5.0, 100.0])]
+    pub rp_range: Vec<f64>,
+    /// Non-real-time messages a sender's smoother queue holds (a full queue refuses more).
+    #[arg(long, default_value_t = 256)]
+    pub nrt_queue: usize,
     /// Send from one thread per sender host (3) or from one thread for all (1).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=3))]
     pub sender_threads: u32,
@@ -161,6 +179,15 @@ pub struct Report {
 
 /// Runs `bench table4`.
 pub fn run(a: &Table4Args) -> Result<(), String> {
+    match a.rp_range[..] {
+        [lo, hi] if lo > 0.0 && lo <= hi && hi <= 60_000.0 => {}
+        _ => {
+            return Err(format!(
+                "--rp-range {:?}: two periods in ms, 0 < MIN <= MAX <= 60000",
+                a.rp_range
+            ))
+        }
+    }
     if a.ideal {
         return ideal_only(a);
     }
@@ -319,19 +346,31 @@ fn pct(part: u64, whole: u64) -> f64 {
 fn config(a: &Table4Args, k: u32, smoother: bool) -> RtConfig {
     let k = k.max(1);
     let ms = |m: u64| Duration::from_millis(m) * k;
+    // Checked in `run`: two periods, within 60 s.
+    let range = |i: usize| Duration::from_secs_f64(a.rp_range[i] / 1e3) * k;
     RtConfig {
         max_message: trace::NRT_SIZE,
-        buffers: 512,
-        nrt_queue: 256,
+        buffers: 512.max(a.nrt_queue + 256),
+        nrt_queue: a.nrt_queue.max(1),
         rt_queue: 64,
         smoother: smoother.then(|| SmootherConfig {
             rp0: ms(10),
-            rp_min: ms(5),
-            rp_max: ms(100),
+            rp_min: range(0),
+            rp_max: range(1),
+            depth: a.depth.max(1),
             rp_step: ms(2),
             spread: a.spread,
             cautious_start: a.cautious,
-            ..SmootherConfig::default()
+            unit: if a.credit == "byte" {
+                CreditUnit::Byte
+            } else {
+                CreditUnit::Packet
+            },
+            nrt_rule: if a.nrt_rule == "nonneg" {
+                NrtRule::NonNegative
+            } else {
+                NrtRule::OneCredit
+            },
         }),
         link_rate: smoother.then_some(100_000_000 / u64::from(k)),
         below_packets: a.below,
