@@ -597,7 +597,19 @@ impl IoLoop {
                 return true;
             }
             if !self.credit(now) {
-                return false;
+                // Data waits for credit; control packets go all the same.
+                while count < TX_DATAGRAMS && at + self.slot <= self.tx_buf.len() {
+                    let Some(t) =
+                        g.ep.poll_transmit_control(now, &mut self.tx_buf[at..at + self.slot])
+                    else {
+                        return false;
+                    };
+                    self.take_credit(now, t.len);
+                    count += 1;
+                    self.txs.push(Tx::single(t.dst, at, t.len));
+                    at += t.len;
+                }
+                return true;
             }
             let Some(t) =
                 g.ep.poll_transmit(now, &mut self.tx_buf[at..at + self.slot])
@@ -649,7 +661,18 @@ impl IoLoop {
                 return true;
             }
             if !self.credit(now) {
-                return false;
+                // Data waits for credit; control packets go all the same.
+                while self.gather.len() < TX_DATAGRAMS && at + self.slot <= self.tx_buf.len() {
+                    let Some(t) =
+                        g.ep.poll_transmit_control(now, &mut self.tx_buf[at..at + self.slot])
+                    else {
+                        return false;
+                    };
+                    self.take_credit(now, t.len);
+                    self.gather.push((t.dst, at, t.len, None));
+                    at += t.len;
+                }
+                return true;
             }
             let Some((t, payload)) =
                 g.ep.poll_transmit_gather(now, &mut self.tx_buf[at..at + self.slot])
@@ -781,8 +804,9 @@ impl IoLoop {
                 };
                 self.dp.send_gather(&batch)?;
             }
-            // Held by the smoother, the engine may still have datagrams to send.
-            let drained = !full && !self.held;
+            // Everything that may go now has been polled: all datagrams, or (held by the
+            // smoother) all control packets, shutdowns included; held data waits for credit.
+            let drained = !full;
             if drained && !g.to_remove.is_empty() {
                 // Every pending datagram (a closing shutdown) has been polled: forget them.
                 let st = &mut *g;

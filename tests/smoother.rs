@@ -142,8 +142,10 @@ fn with_the_links_rate_an_endpoint_hands_the_kernel_no_more_than_the_link_drains
 #[test]
 fn a_held_endpoint_still_recovers_losses_and_finishes_verified() {
     // 5 % loss on the sender's side (16 MiB is about 260 datagrams over loopback: some are
-    // lost in all but one run in 10^5), and a smoother that holds it to 400 datagrams a second: retransmissions, ACKs and keepalives all wait for credit, and the transfer
-    // still ends byte-exact and verified (the receiver has no smoother).
+    // lost in all but one run in 10^5), and a smoother that holds it to 400 datagrams a
+    // second: data and retransmissions wait for credit (control packets take theirs into
+    // debt), and the transfer still ends byte-exact and verified (the receiver has no
+    // smoother).
     let host = smoother(8, Duration::from_millis(20), false);
     let mut opts = EndpointOptions::default();
     opts.set_smoother(Some(host.clone()))
@@ -191,4 +193,47 @@ fn a_connection_closed_while_held_still_tells_its_peer() {
         closed && took < Duration::from_secs(4),
         "the peer learnt of the close as {r:?} after {took:?}"
     );
+}
+
+#[test]
+fn an_endpoint_without_credit_still_connects_and_keeps_its_connection_alive() {
+    // A bucket that starts empty and never refills: no data may go, ever. The handshake,
+    // acknowledgements and keepalives are control packets, which go without credit (into
+    // debt), so the connection is made and lives on past both ends' idle timeout of 2 s;
+    // without that the handshake itself could not leave.
+    let hour = Duration::from_secs(3600);
+    let host = HostSmoother::new(SmootherConfig {
+        depth: 4,
+        rp0: hour,
+        rp_min: hour,
+        rp_max: hour,
+        cautious_start: true,
+        ..SmootherConfig::default()
+    });
+    let mut cfg = ConnConfig::new(Mode::Message);
+    cfg.set_peer_idle_timeout(Duration::from_secs(2));
+    let server_ep = Endpoint::bind(lo(), EndpointOptions::default()).unwrap();
+    server_ep.listen(cfg.clone()).unwrap();
+    let mut opts = EndpointOptions::default();
+    opts.set_smoother(Some(host.clone()));
+    let client_ep = Endpoint::bind(lo(), opts).unwrap();
+    let client = client_ep.connect(server_ep.local_addr(), cfg).unwrap();
+    let server = server_ep.accept_timeout(Duration::from_secs(5)).unwrap();
+    client.send_message(b"held").unwrap();
+    let mut buf = [0u8; 16];
+    let r = server.recv_message_timeout(&mut buf, Duration::from_secs(5));
+    assert!(
+        matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::TimedOut),
+        "a message went without credit: {r:?}"
+    );
+    for c in [&client, &server] {
+        assert_eq!(
+            c.state().unwrap(),
+            slipstream::proto::conn::State::Connected
+        );
+    }
+    let (st, _, credits) = host.stats();
+    assert!(st.nrt >= 4 && st.nrt_held > 0, "{st:?}");
+    assert!(credits < 0, "control packets took their credit: {credits}");
+    assert_eq!(client.stats().unwrap().pkts_sent, 0, "no data packet left");
 }

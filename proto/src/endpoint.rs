@@ -863,12 +863,31 @@ impl Endpoint {
         self.conns.get(i)?.payload(r.seq)
     }
 
-    fn poll_transmit_inner(
-        &mut self,
-        now: Instant,
-        buf: &mut [u8],
-        gather: bool,
-    ) -> Option<(Transmit, Option<PayloadRef>)> {
+    /// Like [`Endpoint::poll_transmit`], but control packets only (handshake answers, and
+    /// each connection's acknowledgements, loss reports, keepalives, shutdowns): what a
+    /// sender holding data back (a traffic smoother without credit) still sends, so that its
+    /// connections stay alive. Connections waiting to send data keep their turn.
+    pub fn poll_transmit_control(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        if let Some(t) = self.poll_response(now, buf) {
+            return Some(t);
+        }
+        for k in 0..self.sendq.len() {
+            let Some(&i) = self.sendq.get(k).and_then(|id| self.index.get(id)) else {
+                continue;
+            };
+            let c = &mut self.conns[i];
+            if let Some(len) = c.poll_transmit_control(now, buf) {
+                let dst = c.peer_addr();
+                self.touch_sent(i);
+                self.stats.datagrams_out += 1;
+                return Some(Transmit { dst, len });
+            }
+        }
+        None
+    }
+
+    /// The next queued handshake answer of the listener, if any.
+    fn poll_response(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         while let Some((dst, sock, hs)) = self.responses.pop_front() {
             let ts = now.saturating_duration_since(self.start).as_micros() as u32;
             let ctl = Control {
@@ -878,8 +897,20 @@ impl Endpoint {
             };
             if let Some(len) = ctl.emit(buf) {
                 self.stats.datagrams_out += 1;
-                return Some((Transmit { dst, len }, None));
+                return Some(Transmit { dst, len });
             }
+        }
+        None
+    }
+
+    fn poll_transmit_inner(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        gather: bool,
+    ) -> Option<(Transmit, Option<PayloadRef>)> {
+        if let Some(t) = self.poll_response(now, buf) {
+            return Some((t, None));
         }
         // A packet from each connection in turn: backlogged connections share equally.
         for _ in 0..self.sendq.len() {

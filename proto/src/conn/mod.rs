@@ -864,6 +864,17 @@ impl Connection {
         self.poll_transmit_inner(now, buf, false).map(|(n, _)| n)
     }
 
+    /// Like [`Connection::poll_transmit`], but control packets only (handshakes,
+    /// acknowledgements, loss reports, keepalives, shutdowns): what a sender holding its data
+    /// back (a traffic smoother without credit) still sends, so that its peer keeps hearing
+    /// from it and the connection lives until credit returns.
+    pub fn poll_transmit_control(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        let now_us = self.us(now);
+        let n = self.poll_control(now_us, buf)?;
+        self.last_send_us = now_us;
+        Some(n)
+    }
+
     /// Like [`Connection::poll_transmit`], but a data packet's payload is not copied: only
     /// its header goes into `buf` (which must hold at least a control packet), and the
     /// sequence number returned (with the payload's length) names the payload, to be read with
