@@ -1520,15 +1520,12 @@ pub fn run(a: &LiveArgs) -> Result<(), String> {
             LiveTool::Libsrt => probe_libsrt()?,
         });
     }
-    if cfg.paths.contains(&PathKind::Emulated) {
-        if !netns::is_root() {
-            return Err(
-                "the emulated path needs root (network namespaces and the link emulator); \
-                 run as root or pass --paths loopback"
-                    .into(),
-            );
-        }
-        path::remove_stale(&exe);
+    if cfg.paths.contains(&PathKind::Emulated) && !netns::is_root() {
+        return Err(
+            "the emulated path needs root (network namespaces and the link emulator); \
+             run as root or pass --paths loopback"
+                .into(),
+        );
     }
     let mut jsonl = match &cfg.out_dir {
         Some(d) => {

@@ -205,23 +205,29 @@ pub fn run(cmd: BenchCmd) -> Result<(), String> {
 
 /// Prefixes of the emulators and switches benches name after their process id
 /// (`rtpp<pid>`, `rtmix<pid>`, `t4x<pid>`, `ssacc<pid>`; `bench transfer` and `bench live`
-/// have a guardian process of their own).
+/// name theirs `bt<hex pid>x<n>`).
 const EMULATOR_PREFIXES: [&str; 4] = ["rtpp", "rtmix", "t4x", "ssacc"];
+
+/// The process a bench emulator is named after, if `name` is one.
+fn emulator_owner(name: &str) -> Option<u32> {
+    EMULATOR_PREFIXES
+        .iter()
+        .find_map(|p| name.strip_prefix(p))
+        .filter(|rest| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|rest| rest.parse::<u32>().ok())
+        .or_else(|| transfer::path::owner_pid(name))
+}
 
 /// Takes down the emulators that benches killed outright (SIGKILL, or a crash: no signal
 /// handler runs) left behind: those named after a process that is gone. As root only; each
-/// one removed is said on stderr.
-fn remove_stale_emulators() {
+/// one removed is said on stderr. Every bench runs it first; `bench transfer`'s guardian
+/// runs it again when the bench it watches dies.
+pub(crate) fn remove_stale_emulators() {
     if !slipstream::netem::netns::is_root() {
         return;
     }
     for name in slipstream::netem::list() {
-        let pid = EMULATOR_PREFIXES
-            .iter()
-            .find_map(|p| name.strip_prefix(p))
-            .filter(|rest| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit()))
-            .and_then(|rest| rest.parse::<u32>().ok());
-        let Some(pid) = pid else {
+        let Some(pid) = emulator_owner(&name) else {
             continue;
         };
         if pid == std::process::id() || slipstream::netem::netns::alive(pid) {
@@ -372,4 +378,23 @@ fn run_dgram(a: DgramArgs) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::emulator_owner;
+
+    #[test]
+    fn emulators_are_known_by_the_process_they_are_named_after() {
+        assert_eq!(emulator_owner("rtmix4242"), Some(4242));
+        assert_eq!(emulator_owner("t4x17"), Some(17));
+        assert_eq!(
+            emulator_owner("bt1fx3"),
+            Some(0x1f),
+            "bench transfer's, in hex"
+        );
+        for other in ["rtpp", "rtpp12a", "bt1f", "mylink", "ssacc-1"] {
+            assert_eq!(emulator_owner(other), None, "{other}");
+        }
+    }
 }

@@ -49,7 +49,7 @@ impl Drop for Guardian {
 
 /// The guardian's own work: waits for process `pid` to exit, then removes what it left and
 /// kills this process group. Returns only on error.
-pub fn watch(pid: &str, exe: &Path) -> Result<(), String> {
+pub fn watch(pid: &str) -> Result<(), String> {
     use rustix::event::{poll, PollFd, PollFlags};
     use rustix::process::{kill_process_group, pidfd_open, Pid, PidfdFlags, Signal};
     let n: i32 = pid
@@ -66,7 +66,7 @@ pub fn watch(pid: &str, exe: &Path) -> Result<(), String> {
         }
     }
     eprintln!("bench transfer (pid {n}) was interrupted: cleaning up after it");
-    super::path::remove_stale(exe);
+    crate::bench::remove_stale_emulators();
     super::Workspace::remove_stale();
     let own = rustix::process::getpgrp();
     kill_process_group(own, Signal::KILL).map_err(|e| format!("killing the peers: {e}"))

@@ -206,8 +206,7 @@ pub fn run(a: &TransferArgs) -> Result<(), String> {
         return tcp::run_peer(peer);
     }
     if let Some(pid) = &a.guard {
-        let exe = std::env::current_exe().map_err(|e| format!("finding this binary: {e}"))?;
-        return guard::watch(pid, &exe);
+        return guard::watch(pid);
     }
     let cfg = TransferConfig::from_args(a)?;
     run_matrix(&cfg)
@@ -447,9 +446,6 @@ pub fn run_matrix(cfg: &TransferConfig) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| format!("finding this binary: {e}"))?;
     let mut notes: Vec<String> = Vec::new();
     let scenarios = runnable_scenarios(cfg, &mut notes)?;
-    if scenarios.iter().any(Scenario::is_emulated) {
-        path::remove_stale(&exe);
-    }
     let av = available_tools(cfg, &exe)?;
     std::fs::create_dir_all(&cfg.out_dir).map_err(|e| format!("{}: {e}", cfg.out_dir.display()))?;
     let jsonl_path = cfg.out_dir.join("transfer.jsonl");

@@ -304,27 +304,8 @@ pub fn emulator_delta(
     Some(v)
 }
 
-/// Removes emulators of earlier runs of this benchmark whose process is gone (killed before
-/// their guard ran), found with `netem list`.
-pub fn remove_stale(exe: &Path) {
-    let Ok(out) = Command::new(exe).args(["netem", "list"]).output() else {
-        return;
-    };
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let name = line.split_whitespace().next().unwrap_or("");
-        if let Some(pid) = owner_pid(name) {
-            if !netns::alive(pid) {
-                match netem(exe, &["down", name]) {
-                    Ok(_) => eprintln!("removed emulator {name} left behind by process {pid}"),
-                    Err(e) => eprintln!("warning: stale emulator {name}: {e}"),
-                }
-            }
-        }
-    }
-}
-
 /// The process id in an emulator name this module makes (`bt<hex pid>x<n>`), if it is one.
-fn owner_pid(name: &str) -> Option<u32> {
+pub(crate) fn owner_pid(name: &str) -> Option<u32> {
     let (pid, n) = name.strip_prefix(PREFIX)?.split_once('x')?;
     if n.is_empty() || !n.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
