@@ -6,9 +6,11 @@
 //! Real-time sockets opened with `rt::RtSocket::open_with_smoother` take credit for every
 //! real-time datagram and drive the period from their receivers' reports; an
 //! [`crate::api::Endpoint`] given the same handle
-//! ([`crate::api::EndpointOptions::set_smoother`]) hands the kernel one datagram of any of
-//! its connections (data or control) per credit, and only while the link below has room;
-//! otherwise it leaves them in the protocol engine and comes back at [`HostSmoother::next_wake`].
+//! ([`crate::api::EndpointOptions::set_smoother`]) hands the kernel one data packet of any of
+//! its connections per credit, and only while the link below has room; otherwise it leaves
+//! them in the protocol engine and comes back at [`HostSmoother::next_wake`]. Its control
+//! packets (handshakes, acknowledgements, keepalives, shutdowns) go all the same, taking
+//! their credit into debt as real-time packets do, so that held connections stay alive.
 
 use slipstream_proto::rt::smoother::{Smoother, SmootherConfig, SmootherStats};
 use std::sync::{Arc, Mutex, MutexGuard};
