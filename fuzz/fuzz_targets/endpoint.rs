@@ -4,7 +4,9 @@
 //! Half the runs use large payloads, which the listener side receives split (header apart,
 //! payload in a buffer it may keep: `Endpoint::handle_data_owned`). Records may also have the
 //! listener's reader take whole pages out and give them back to the endpoint, or give it a
-//! page of any length (`Endpoint::give_page`), for the next payloads to be written into.
+//! page of any length (`Endpoint::give_page`), for the next payloads to be written into, or
+//! have the listener send only its control packets, as one held by a smoother does
+//! (`Endpoint::poll_transmit_control`).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -69,6 +71,16 @@ fuzz_target!(|input: &[u8]| {
             }
             for (id, page) in pages {
                 p.b.give_page(now, id, page);
+            }
+        }
+        // A sender held by a smoother: only control packets leave (and are lost here).
+        if kind & 0x80 != 0 {
+            let now = p.now;
+            let mut buf = [0u8; 1500];
+            for _ in 0..64 {
+                if p.b.poll_transmit_control(now, &mut buf).is_none() {
+                    break;
+                }
             }
         }
     }
