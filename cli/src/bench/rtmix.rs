@@ -51,6 +51,9 @@ pub struct RtmixArgs {
     /// all-at-once).
     #[arg(long)]
     pub spread: bool,
+    /// Adapt each smoother's period every MS instead of once per refresh.
+    #[arg(long, value_name = "MS")]
+    pub adapt_every: Option<f64>,
     /// Print a JSON summary as the last line.
     #[arg(long)]
     pub json: bool,
@@ -275,6 +278,9 @@ fn one(a: &RtmixArgs, hosts: &Hosts, with: bool) -> Result<Run, String> {
                 depth: depth.max(1),
                 cautious_start: a.cautious,
                 spread: a.spread,
+                adapt_every: a
+                    .adapt_every
+                    .map(|v| Duration::from_secs_f64(v.clamp(0.01, 60_000.0) / 1e3)),
                 ..SmootherConfig::default()
             };
             HostSmoother::with_link(cfg, rate, 2)

@@ -73,6 +73,10 @@ pub struct SmootherConfig {
     pub cautious_start: bool,
     /// What a credit buys.
     pub unit: CreditUnit,
+    /// Adapt the period on a fixed cadence, whatever the period (loss in the last
+    /// `adapt_every` doubles it, none shortens it by the step), instead of once per refresh
+    /// (Fig. 5): smoothers whose periods differ then still adapt at the same pace.
+    pub adapt_every: Option<Duration>,
 }
 
 impl Default for SmootherConfig {
@@ -87,6 +91,7 @@ impl Default for SmootherConfig {
             spread: false,
             cautious_start: false,
             unit: CreditUnit::Packet,
+            adapt_every: None,
         }
     }
 }
@@ -100,9 +105,10 @@ pub struct SmootherStats {
     pub nrt: u64,
     /// Non-real-time packets told to wait (a packet asked about twice counts twice).
     pub nrt_held: u64,
-    /// Refreshes.
+    /// Times the period adapted (once a refresh, or on [`SmootherConfig::adapt_every`]'s
+    /// cadence).
     pub refreshes: u64,
-    /// Refreshes that doubled the period.
+    /// Of those, the ones that doubled it.
     pub lossy_refreshes: u64,
 }
 
@@ -117,6 +123,8 @@ pub struct Smoother {
     loss: bool,
     /// Spread credits handed out since the period last adapted.
     ticks: u32,
+    /// When the period next adapts, with [`SmootherConfig::adapt_every`].
+    next_adapt: Instant,
     stats: SmootherStats,
 }
 
@@ -138,6 +146,7 @@ impl Smoother {
             next: now + if cfg.spread { rp / depth } else { rp },
             loss: false,
             ticks: 0,
+            next_adapt: now + cfg.adapt_every.unwrap_or_default(),
             stats: SmootherStats::default(),
             cfg,
         }
@@ -213,13 +222,22 @@ impl Smoother {
 
     /// When the next refresh is due.
     pub fn next_refresh(&self) -> Instant {
-        self.next
+        match self.cfg.adapt_every {
+            Some(_) => self.next.min(self.next_adapt),
+            None => self.next,
+        }
     }
 
     /// Refreshes if one is due: the period doubles if loss was reported since the last
     /// refresh, shrinks by the step otherwise (within its bounds), the bucket gains `depth`
     /// credits up to `depth`, and the next refresh is a period from `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
+        if let Some(every) = self.cfg.adapt_every {
+            if now >= self.next_adapt {
+                self.adapt();
+                self.next_adapt = now + every.max(Duration::from_micros(1));
+            }
+        }
         if now < self.next {
             return;
         }
@@ -228,14 +246,16 @@ impl Smoother {
             // One credit now; the period adapts once every `depth` of these.
             self.credits = (self.credits + FULL_DATAGRAM as i64).min(depth);
             self.ticks += 1;
-            if self.ticks >= self.cfg.depth.max(1) {
+            if self.ticks >= self.cfg.depth.max(1) && self.cfg.adapt_every.is_none() {
                 self.ticks = 0;
                 self.adapt();
             }
             self.next = now + self.rp / self.cfg.depth.max(1);
             return;
         }
-        self.adapt();
+        if self.cfg.adapt_every.is_none() {
+            self.adapt();
+        }
         self.credits = (self.credits + depth).min(depth);
         self.next = now + self.rp;
     }
@@ -395,6 +415,39 @@ mod tests {
         assert!(s.try_nrt(700));
         assert!(!s.try_nrt(700), "300 bytes left");
         assert_eq!(s.stats().nrt, 1);
+    }
+
+    /// With a fixed cadence the period adapts every `adapt_every`, between refreshes too, and
+    /// the next wake-up is the sooner of the two.
+    #[test]
+    fn a_fixed_cadence_adapts_the_period_whatever_its_length() {
+        let t = Instant::now();
+        let cfg = SmootherConfig {
+            adapt_every: Some(10 * MS),
+            rp0: 100 * MS,
+            rp_max: 1000 * MS,
+            ..SmootherConfig::default()
+        };
+        let mut s = Smoother::new(cfg, t);
+        for k in 1..=5 {
+            s.handle_timeout(t + 10 * MS * k);
+        }
+        assert_eq!(
+            s.period(),
+            90 * MS,
+            "five loss-free steps before the first refresh"
+        );
+        s.on_report(true);
+        s.handle_timeout(t + 60 * MS);
+        assert_eq!(s.period(), 180 * MS);
+        assert_eq!(s.next_refresh(), t + 70 * MS);
+        assert_eq!(s.stats().refreshes, 6);
+        // The refresh itself no longer adapts: at 100 ms credit comes, the period stays.
+        for k in 7..=10 {
+            s.handle_timeout(t + 10 * MS * k);
+        }
+        assert_eq!(s.period(), 172 * MS);
+        assert_eq!(s.stats().refreshes, 10, "adaptations, not refreshes");
     }
 
     /// Spread credits: a backlog leaves one packet every RP / CBD, never two together, at the

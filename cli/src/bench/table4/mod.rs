@@ -83,6 +83,9 @@ pub struct Table4Args {
     /// same twice holds the period fixed).
     #[arg(long, value_name = "MIN,MAX", value_delimiter = ',', default_values_t = [5.0, 100.0])]
     pub rp_range: Vec<f64>,
+    /// Adapt each smoother's period every MS (at time scale 1) instead of once per refresh.
+    #[arg(long, value_name = "MS")]
+    pub adapt_every: Option<f64>,
     /// Non-real-time messages a sender's smoother queue holds (a full queue refuses more).
     #[arg(long, default_value_t = 256)]
     pub nrt_queue: usize,
@@ -374,6 +377,9 @@ fn config(a: &Table4Args, k: u32, smoother: bool) -> RtConfig {
             } else {
                 CreditUnit::Packet
             },
+            adapt_every: a
+                .adapt_every
+                .map(|v| Duration::from_secs_f64(v.clamp(0.01, 60_000.0) / 1e3) * k),
             nrt_rule: if a.nrt_rule == "nonneg" {
                 NrtRule::NonNegative
             } else {
