@@ -285,31 +285,39 @@ fn latency_and_bandwidth_bench_runs_both_paths_at_every_size() {
         return;
     }
     let _serial = serial();
-    let out = slipstream(&[
-        "bench",
-        "rtpp",
-        "--sizes",
-        "1,1472,4096,65000",
-        "--iters",
-        "50",
-        "--json",
-    ]);
-    let stdout = text(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
-    let rows: serde_json::Value =
-        serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap();
-    let rows = rows.as_array().unwrap();
-    assert_eq!(rows.len(), 4);
-    for r in rows {
-        for k in ["rt_p50_us", "rt_p99_us", "plain_p50_us", "plain_p99_us"] {
-            let v = r[k].as_f64().unwrap();
-            assert!(v > 0.0 && v < 100_000.0, "{k}: {r}");
+    // Sleeping on one CPU (the default), and spinning on a CPU a side: both paths spin then,
+    // plain ones on non-blocking receives.
+    let spinning = ["--pin", "apart", "--spin", "100"];
+    for extra in [&[][..], &spinning[..]] {
+        let mut args = vec![
+            "bench",
+            "rtpp",
+            "--sizes",
+            "1,1472,4096,65000",
+            "--iters",
+            "50",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let out = slipstream(&args);
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+        let rows: serde_json::Value =
+            serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap();
+        let rows = rows.as_array().unwrap();
+        assert_eq!(rows.len(), 4);
+        for r in rows {
+            for k in ["rt_p50_us", "rt_p99_us", "plain_p50_us", "plain_p99_us"] {
+                let v = r[k].as_f64().unwrap();
+                assert!(v > 0.0 && v < 100_000.0, "{k}: {r}");
+            }
+            for k in ["rt_mbps", "plain_mbps"] {
+                assert!(r[k].as_f64().unwrap() > 0.0, "{k}: {r}");
+            }
+            assert_eq!(r["plain_lost"], 0, "{extra:?}: {r}");
         }
-        for k in ["rt_mbps", "plain_mbps"] {
-            assert!(r[k].as_f64().unwrap() > 0.0, "{k}: {r}");
-        }
+        assert!(!netns_list().contains("ssd"), "the veth pair is gone");
     }
-    assert!(!netns_list().contains("ssd"), "the veth pair is gone");
 }
 
 #[test]

@@ -37,9 +37,10 @@ pub struct RtppArgs {
     /// would fall outside 1..=65,000, or on 3, are left out).
     #[arg(long)]
     pub perturb: bool,
-    /// Real-time sockets look for datagrams without waiting for this many microseconds
-    /// before they sleep (`RtConfig::spin`; 0: none). For `--pin apart`, where each side
-    /// has a CPU of its own.
+    /// Both paths look for datagrams without waiting for this many microseconds before
+    /// they sleep (the real-time sockets with `RtConfig::spin`, the plain ones with
+    /// non-blocking `recvfrom` in a loop; 0: none). For `--pin apart`, where each side has a
+    /// CPU of its own.
     #[arg(long, value_name = "US", default_value_t = 0)]
     pub spin: u64,
     /// Ping-pongs per size.
@@ -261,8 +262,12 @@ fn serve(
                 };
                 let _ = socket2::SockRef::from(&sock).set_recv_buffer_size(8 << 20);
                 let _ = sock.set_read_timeout(Some(Duration::from_millis(50)));
+                if let Err(e) = sock.set_nonblocking(spin > 0) {
+                    let _ = tx.send(Err(e.to_string()));
+                    return;
+                }
                 let _ = tx.send(Ok(()));
-                plain_server(&sock, k == 3, &stop);
+                plain_server(&sock, k == 3, &stop, Duration::from_micros(spin));
             }
         }));
         rx.recv().map_err(|e| e.to_string())??;
@@ -307,11 +312,39 @@ fn rt_server(sock: &mut RtSocket, sink: bool, stop: &AtomicBool) {
     }
 }
 
-fn plain_server(sock: &UdpSocket, sink: bool, stop: &AtomicBool) {
+/// Receives on a plain socket as a real-time one with [`RtConfig::spin`] does: looks without
+/// waiting for up to `spin` (the socket is then non-blocking), then waits as long as the
+/// socket's read timeout allows.
+fn plain_recv(
+    sock: &UdpSocket,
+    buf: &mut [u8],
+    spin: Duration,
+) -> std::io::Result<(usize, SocketAddr)> {
+    if spin.is_zero() {
+        return sock.recv_from(buf);
+    }
+    let stop = Instant::now() + spin;
+    loop {
+        match sock.recv_from(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            r => return r,
+        }
+        if Instant::now() >= stop {
+            break;
+        }
+        std::hint::spin_loop();
+    }
+    sock.set_nonblocking(false)?;
+    let r = sock.recv_from(buf);
+    sock.set_nonblocking(true)?;
+    r
+}
+
+fn plain_server(sock: &UdpSocket, sink: bool, stop: &AtomicBool, spin: Duration) {
     let mut buf = vec![0u8; 65_536];
     let mut count = Count::default();
     while !stop.load(Ordering::Relaxed) {
-        let Ok((n, src)) = sock.recv_from(&mut buf) else {
+        let Ok((n, src)) = plain_recv(sock, &mut buf, spin) else {
             continue;
         };
         if !sink {
@@ -383,6 +416,10 @@ fn measure(
         plain
             .set_read_timeout(Some(Duration::from_secs(1)))
             .map_err(|e| e.to_string())?;
+        let spin = Duration::from_micros(spin);
+        plain
+            .set_nonblocking(!spin.is_zero())
+            .map_err(|e| e.to_string())?;
         let dst = |k: usize| SocketAddr::from((addrs.1, PORTS[k]));
         let mut out = Vec::new();
         for &size in &sizes {
@@ -393,7 +430,7 @@ fn measure(
             while left > 0 {
                 let n = left.min(50);
                 rt_pingpong(&mut rt, dst(0), size, n, &mut rt_half, &mut rt_lost)?;
-                plain_pingpong(&plain, dst(1), size, n, &mut pl_half, &mut plain_lost)?;
+                plain_pingpong(&plain, dst(1), size, n, spin, &mut pl_half, &mut plain_lost)?;
                 left -= n;
             }
             if rt_half.is_empty() || pl_half.is_empty() {
@@ -403,7 +440,7 @@ fn measure(
             let (pl_p50, pl_p99) = (quantile(&mut pl_half, 0.5), quantile(&mut pl_half, 0.99));
             let count = (stream / size).clamp(100, 50_000);
             let rt_mbps = rt_stream(&mut rt, dst(2), size, count)?;
-            let plain_mbps = plain_stream(&plain, dst(3), size, count)?;
+            let plain_mbps = plain_stream(&plain, dst(3), size, count, spin)?;
             eprintln!(
                 "rtpp: {path} {size} B: RT {rt_p50:.1}/{rt_p99:.1} us {rt_mbps:.1} Mbit/s, \
                  plain {pl_p50:.1}/{pl_p99:.1} us {plain_mbps:.1} Mbit/s \
@@ -488,12 +525,13 @@ fn rt_pingpong(
     Ok(())
 }
 
-/// The same over plain blocking sockets (a read timeout of 1 s).
+/// The same over plain sockets (a read timeout of 1 s, after `spin`).
 fn plain_pingpong(
     sock: &UdpSocket,
     dst: SocketAddr,
     size: usize,
     iters: usize,
+    spin: Duration,
     half: &mut Vec<f64>,
     lost: &mut usize,
 ) -> Result<(), String> {
@@ -506,7 +544,7 @@ fn plain_pingpong(
         let t = Instant::now();
         sock.send_to(&msg, dst).map_err(|e| e.to_string())?;
         let back = loop {
-            match sock.recv_from(&mut buf) {
+            match plain_recv(sock, &mut buf, spin) {
                 Ok((n, _)) if n == size && buf[..k] == tag[..k] => break true,
                 Ok(_) => {}
                 Err(e)
@@ -590,18 +628,23 @@ fn plain_stream(
     dst: SocketAddr,
     size: usize,
     count: usize,
+    spin: Duration,
 ) -> Result<f64, String> {
     let msg = vec![0x5au8; size];
+    // Sends block while the socket's buffer is full, whether or not receives spin.
+    sock.set_nonblocking(false).map_err(|e| e.to_string())?;
     for _ in 0..count {
-        // A full socket buffer blocks; ENOBUFS drops: either way the sink counts.
+        // ENOBUFS drops: the sink counts what arrived.
         let _ = sock.send_to(&msg, dst);
     }
     std::thread::sleep(Duration::from_millis(20));
-    sock.send_to(END, dst).map_err(|e| e.to_string())?;
+    let sent = sock.send_to(END, dst);
+    sock.set_nonblocking(!spin.is_zero())
+        .map_err(|e| e.to_string())?;
+    sent.map_err(|e| e.to_string())?;
     let mut buf = [0u8; 64];
     loop {
-        let (n, _) = sock
-            .recv_from(&mut buf)
+        let (n, _) = plain_recv(sock, &mut buf, spin)
             .map_err(|e| format!("the plain sink did not answer: {e}"))?;
         if n == 16 {
             return Ok(mbps(&buf[..16]));
