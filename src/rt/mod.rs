@@ -550,8 +550,10 @@ impl RtSocket {
                 .is_some_and(|s| exact >= s.saturating_add(KERNEL_TICK_MAX));
             let delivered = match self.spin(now, exact, &mut on_message)? {
                 Some(d) => Some(d),
+                // `now` stands for the moment the receive begins (a message stamped after
+                // it woke the wait): what little time has passed since costs no clock read.
                 None => self.receive(
-                    sliced.then_some(Instant::now()),
+                    sliced.then_some(now),
                     exact.min(until(coarse).unwrap_or(exact)),
                     &mut on_message,
                 )?,

@@ -236,7 +236,7 @@ impl Mmsg {
         let asked = c.slice_ask.clamp(1, RX_SLOTS);
         match c.recvmmsg_n(asked, false, flags) {
             Ok(n) => {
-                let clocks = (Instant::now(), SystemTime::now());
+                let clocks = c.clocks();
                 c.unpack(n, clocks);
                 let woke = n == 1
                     && c.rx_metas.len() == 1
@@ -409,6 +409,9 @@ struct Core {
     slice: Option<Duration>,
     /// Messages the next [`Mmsg::recv_slice`] asks for.
     slice_ask: usize,
+    /// The wall clock read at a moment of the monotonic one: receive timestamps (wall
+    /// clock) are turned into instants against it ([`Core::clocks`]).
+    wall: (Instant, SystemTime),
     /// A waker was handed out: waits must watch its eventfd too.
     wake_shared: AtomicBool,
     stats: DatapathStats,
@@ -574,6 +577,7 @@ impl Core {
             send_nowait: false,
             slice: None,
             slice_ask: RX_SLOTS,
+            wall: (Instant::now(), SystemTime::now()),
             wake_shared: AtomicBool::new(false),
             stats: DatapathStats::default(),
             tx: TxArrays {
@@ -1000,12 +1004,26 @@ impl Core {
 
     // ---- receive ----
 
+    /// Now on both clocks, for [`received_at`]. The wall clock is read again once
+    /// [`WALL_REREAD`] has passed since it was last read, and carried forward on the
+    /// monotonic clock in between (off by the wall clock's slew over that time, under a
+    /// microsecond): a receive then reads one clock, not two.
+    fn clocks(&mut self) -> (Instant, SystemTime) {
+        let now = Instant::now();
+        let since = now.saturating_duration_since(self.wall.0);
+        if since >= WALL_REREAD {
+            self.wall = (now, SystemTime::now());
+            return self.wall;
+        }
+        (now, self.wall.1 + since)
+    }
+
     fn recv(&mut self, timeout: Option<Duration>) -> io::Result<RxBatch<'_>> {
         self.rx_metas.clear();
         self.set_gro(true);
         self.recv_with(timeout, |c| {
             let n = c.recvmmsg()?;
-            let clocks = (Instant::now(), SystemTime::now());
+            let clocks = c.clocks();
             c.unpack(n, clocks);
             Ok(!c.rx_metas.is_empty())
         })?;
@@ -1028,7 +1046,7 @@ impl Core {
         self.set_gro(false);
         self.recv_with(timeout, |c| {
             let got = c.recvmmsg_split(&mut heads[..n], &mut bufs[..n])?;
-            let clocks = (Instant::now(), SystemTime::now());
+            let clocks = c.clocks();
             for i in 0..got {
                 match c.decode(i, clocks) {
                     Decoded::Skip => {}
@@ -1327,6 +1345,10 @@ enum Decoded {
         tos: u8,
     },
 }
+
+/// How long the wall clock is carried forward on the monotonic one before it is read
+/// again ([`Core::clocks`]).
+const WALL_REREAD: Duration = Duration::from_millis(1);
 
 /// The oldest receive timestamp taken as such: older, the wall clock has stepped.
 const MAX_RX_AGE: Duration = Duration::from_secs(1);
@@ -1939,6 +1961,23 @@ mod tests {
                 assert!(timed, "round {round}, datagram {i}: no timestamp");
             }
         }
+    }
+
+    #[test]
+    fn the_wall_clock_is_carried_forward_for_a_millisecond_then_read_again() {
+        let mut m = Mmsg::bind(SocketAddr::from(([127, 0, 0, 1], 0)), false).unwrap();
+        // A reading a second behind the wall clock (as if it had stepped since), taken
+        // less than WALL_REREAD ago on the monotonic clock (here: not yet, so that a
+        // stalled test thread cannot make it older): carried forward, not read again.
+        let behind = SystemTime::now() - Duration::from_secs(1);
+        m.core.wall = (Instant::now() + Duration::from_secs(60), behind);
+        let (_, wall) = m.core.clocks();
+        assert_eq!(wall, behind);
+        // The same reading taken longer ago than WALL_REREAD: read again.
+        m.core.wall = (Instant::now() - WALL_REREAD * 2, behind);
+        let (_, wall) = m.core.clocks();
+        let lag = SystemTime::now().duration_since(wall).unwrap();
+        assert!(lag < Duration::from_millis(500), "{lag:?}");
     }
 
     #[test]
