@@ -550,8 +550,10 @@ impl RtSocket {
                 .is_some_and(|s| exact >= s.saturating_add(KERNEL_TICK_MAX));
             let delivered = match self.spin(now, exact, &mut on_message)? {
                 Some(d) => Some(d),
-                // `now` stands for the moment the receive begins (a message stamped after
-                // it woke the wait): what little time has passed since costs no clock read.
+                // `now` stands for the moment the receive begins, to tell whether a message
+                // stamped after it woke the wait (then one is asked for next time, not
+                // more). It may be a little earlier (sends in between): a message queued
+                // meanwhile is taken for a waker, which only keeps the next ask at one.
                 None => self.receive(
                     sliced.then_some(now),
                     exact.min(until(coarse).unwrap_or(exact)),

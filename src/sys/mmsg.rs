@@ -1006,8 +1006,11 @@ impl Core {
 
     /// Now on both clocks, for [`received_at`]. The wall clock is read again once
     /// [`WALL_REREAD`] has passed since it was last read, and carried forward on the
-    /// monotonic clock in between (off by the wall clock's slew over that time, under a
-    /// microsecond): a receive then reads one clock, not two.
+    /// monotonic clock in between (both are slewed alike): a receive then reads one clock,
+    /// not two. A step of the wall clock is seen up to [`WALL_REREAD`] late: a step forward
+    /// makes the stamps after it look as if from the future, and their datagrams are timed
+    /// when read (as without a stamp); a step back of less than [`MAX_RX_AGE`] makes them
+    /// look older by the step for that long.
     fn clocks(&mut self) -> (Instant, SystemTime) {
         let now = Instant::now();
         let since = now.saturating_duration_since(self.wall.0);

@@ -39,7 +39,7 @@ pub struct RtppArgs {
     pub perturb: bool,
     /// Both paths look for datagrams without waiting for this many microseconds before
     /// they sleep (the real-time sockets with `RtConfig::spin`, the plain ones with
-    /// non-blocking `recvfrom` in a loop; 0: none). For `--pin apart`, where each side has a
+    /// `recvfrom(MSG_DONTWAIT)` in a loop; 0: none). For `--pin apart`, where each side has a
     /// CPU of its own.
     #[arg(long, value_name = "US", default_value_t = 0)]
     pub spin: u64,
@@ -262,10 +262,6 @@ fn serve(
                 };
                 let _ = socket2::SockRef::from(&sock).set_recv_buffer_size(8 << 20);
                 let _ = sock.set_read_timeout(Some(Duration::from_millis(50)));
-                if let Err(e) = sock.set_nonblocking(spin > 0) {
-                    let _ = tx.send(Err(e.to_string()));
-                    return;
-                }
                 let _ = tx.send(Ok(()));
                 plain_server(&sock, k == 3, &stop, Duration::from_micros(spin));
             }
@@ -312,32 +308,33 @@ fn rt_server(sock: &mut RtSocket, sink: bool, stop: &AtomicBool) {
     }
 }
 
-/// Receives on a plain socket as a real-time one with [`RtConfig::spin`] does: looks without
-/// waiting for up to `spin` (the socket is then non-blocking), then waits as long as the
-/// socket's read timeout allows.
+/// Receives on a plain (blocking) socket as a real-time one with [`RtConfig::spin`] does:
+/// looks without waiting (`recvfrom` with MSG_DONTWAIT) for up to `spin`, then waits as
+/// long as the socket's read timeout allows.
 fn plain_recv(
     sock: &UdpSocket,
     buf: &mut [u8],
     spin: Duration,
 ) -> std::io::Result<(usize, SocketAddr)> {
-    if spin.is_zero() {
-        return sock.recv_from(buf);
-    }
-    let stop = Instant::now() + spin;
-    loop {
-        match sock.recv_from(buf) {
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            r => return r,
+    if !spin.is_zero() {
+        let stop = Instant::now() + spin;
+        loop {
+            match rustix::net::recvfrom(sock, &mut *buf, rustix::net::RecvFlags::DONTWAIT) {
+                Ok((n, _, Some(from))) => {
+                    if let Ok(from) = SocketAddr::try_from(from) {
+                        return Ok((n, from));
+                    }
+                }
+                Ok(_) | Err(rustix::io::Errno::AGAIN) => {}
+                Err(e) => return Err(e.into()),
+            }
+            if Instant::now() >= stop {
+                break;
+            }
+            std::hint::spin_loop();
         }
-        if Instant::now() >= stop {
-            break;
-        }
-        std::hint::spin_loop();
     }
-    sock.set_nonblocking(false)?;
-    let r = sock.recv_from(buf);
-    sock.set_nonblocking(true)?;
-    r
+    sock.recv_from(buf)
 }
 
 fn plain_server(sock: &UdpSocket, sink: bool, stop: &AtomicBool, spin: Duration) {
@@ -417,9 +414,6 @@ fn measure(
             .set_read_timeout(Some(Duration::from_secs(1)))
             .map_err(|e| e.to_string())?;
         let spin = Duration::from_micros(spin);
-        plain
-            .set_nonblocking(!spin.is_zero())
-            .map_err(|e| e.to_string())?;
         let dst = |k: usize| SocketAddr::from((addrs.1, PORTS[k]));
         let mut out = Vec::new();
         for &size in &sizes {
@@ -631,17 +625,12 @@ fn plain_stream(
     spin: Duration,
 ) -> Result<f64, String> {
     let msg = vec![0x5au8; size];
-    // Sends block while the socket's buffer is full, whether or not receives spin.
-    sock.set_nonblocking(false).map_err(|e| e.to_string())?;
     for _ in 0..count {
-        // ENOBUFS drops: the sink counts what arrived.
+        // A full socket buffer blocks; ENOBUFS drops: either way the sink counts.
         let _ = sock.send_to(&msg, dst);
     }
     std::thread::sleep(Duration::from_millis(20));
-    let sent = sock.send_to(END, dst);
-    sock.set_nonblocking(!spin.is_zero())
-        .map_err(|e| e.to_string())?;
-    sent.map_err(|e| e.to_string())?;
+    sock.send_to(END, dst).map_err(|e| e.to_string())?;
     let mut buf = [0u8; 64];
     loop {
         let (n, _) = plain_recv(sock, &mut buf, spin)
