@@ -9,6 +9,7 @@ mod caps;
 mod demo;
 pub(crate) mod live;
 mod netem;
+pub mod rt;
 mod serve;
 mod tree;
 pub mod uri;
@@ -187,6 +188,10 @@ enum Command {
     /// duplication) for any traffic: `netem up NAME --rate 1gbit --delay 25ms --loss 1%`.
     #[command(subcommand)]
     Netem(netem::NetemCmd),
+    /// Real-time messages between two hosts: `rt pong ADDR` answers, `rt ping ADDR` times
+    /// the round trips (p50 to max, from each message's intended send time).
+    #[command(subcommand)]
+    Rt(rt::RtCmd),
 }
 
 /// Runs the command line with the congestion controllers of `registry` available to `--cc`.
@@ -260,6 +265,7 @@ pub fn run_with(registry: CcRegistry) -> ExitCode {
         } => demo::run(size, loss, delay, &common, &registry),
         Command::Bench(cmd) => crate::bench::run(cmd),
         Command::Netem(cmd) => netem::run(cmd),
+        Command::Rt(cmd) => rt::run(cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
