@@ -318,7 +318,10 @@ impl Clock {
 }
 
 impl RtSocket {
-    /// Opens a socket bound to `addr`, allocating everything it will use.
+    /// Opens a socket bound to `addr`, allocating everything it will use. Settings out of
+    /// range are refused (`InvalidInput`, saying which): no message size or pool, an MTU
+    /// that leaves fewer than 64 payload bytes, `spin` over a second, periods or timeouts
+    /// over an hour.
     pub fn open(addr: SocketAddr, cfg: RtConfig) -> io::Result<RtSocket> {
         Self::open_inner(addr, cfg, None)
     }
@@ -352,6 +355,22 @@ impl RtSocket {
         }
         if cfg.buffers == 0 || cfg.rt_queue == 0 || cfg.nrt_queue == 0 || cfg.peers == 0 {
             return Err(invalid("buffers, queues and peers must be at least 1"));
+        }
+        let hour = Duration::from_secs(3600);
+        let periods = cfg.smoother.iter().flat_map(|s| {
+            [s.rp0, s.rp_min, s.rp_max, s.rp_step]
+                .into_iter()
+                .chain(s.adapt_every)
+        });
+        if cfg.spin > Duration::from_secs(1)
+            || cfg.report_interval > hour
+            || cfg.reassembly_timeout > hour
+            || periods.into_iter().any(|d| d > hour)
+        {
+            return Err(invalid(
+                "spin must be at most 1 s; the report interval, the reassembly timeout and \
+                 the smoother's periods at most an hour",
+            ));
         }
         let frag_len = (cfg.mtu - ip_udp - RT_HEADER_LEN).min(u16::MAX as usize) as u16;
         let mut dp = Mmsg::bind(addr, true)?;
@@ -471,7 +490,8 @@ impl RtSocket {
         now: Instant,
     ) -> Result<(), SendError> {
         let sent_us = self.clock.wall_us(intended);
-        let deadline_at = deadline.map(|d| intended + d);
+        // A deadline too far to be an instant is none at all.
+        let deadline_at = deadline.and_then(|d| intended.checked_add(d));
         self.tx.enqueue(
             buf,
             len,

@@ -149,6 +149,51 @@ fn byte_credits_charge_each_fragment_its_size() {
 }
 
 #[test]
+fn settings_out_of_range_are_refused_and_a_deadline_out_of_reach_is_none() {
+    let hour = Duration::from_secs(3600);
+    let too_long = [
+        RtConfig {
+            spin: Duration::from_secs(2),
+            ..RtConfig::default()
+        },
+        RtConfig {
+            report_interval: Duration::MAX,
+            ..RtConfig::default()
+        },
+        RtConfig {
+            reassembly_timeout: hour * 2,
+            ..RtConfig::default()
+        },
+        RtConfig {
+            smoother: Some(SmootherConfig {
+                rp_max: Duration::MAX,
+                ..SmootherConfig::default()
+            }),
+            ..RtConfig::default()
+        },
+    ];
+    for cfg in too_long {
+        let e = RtSocket::open(lo(), cfg).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{cfg:?}");
+    }
+    // A deadline no instant can hold: the message goes as one without a deadline.
+    let cfg = RtConfig {
+        smoother: None,
+        ..RtConfig::default()
+    };
+    let (mut a, mut b) = (
+        RtSocket::open(lo(), cfg).unwrap(),
+        RtSocket::open(lo(), cfg).unwrap(),
+    );
+    let dst = b.local_addr().unwrap();
+    for class in [Class::Rt, Class::Nrt] {
+        let buf = a.claim().unwrap();
+        a.send(buf, 100, dst, class, Some(Duration::MAX)).unwrap();
+    }
+    assert_eq!(receive_all(&mut b, &mut a, 2).len(), 2);
+}
+
+#[test]
 fn a_full_queue_refuses_with_the_reason_and_gives_the_buffer_back() {
     let cfg = RtConfig {
         nrt_queue: 2,

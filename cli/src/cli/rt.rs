@@ -15,8 +15,10 @@ use std::time::{Duration, Instant};
 
 /// The bytes of a ping message that `ping` reads back: number, intended send time.
 const STAMP: usize = 16;
-/// Most messages one run may send (the record of answers is a bit each).
-const MAX_COUNT: u64 = 100_000_000;
+/// Most messages one run may send (each answered one keeps its round trip, 8 bytes).
+const MAX_COUNT: u64 = 10_000_000;
+/// The longest `--timeout`, ms.
+const MAX_TIMEOUT_MS: u64 = 3_600_000;
 
 /// `slipstream rt ...`.
 #[derive(Debug, Subcommand)]
@@ -116,13 +118,15 @@ pub fn run(cmd: RtCmd) -> Result<(), String> {
             if count == 0 || count > MAX_COUNT {
                 return Err(format!("--count {count}: must be 1 to {MAX_COUNT}"));
             }
-            if !rate.is_finite() || rate < 0.0 {
+            if !(rate == 0.0 || (1e-3..=1e9).contains(&rate)) {
                 return Err(format!(
-                    "--rate {rate}: must be 0 or more messages a second"
+                    "--rate {rate}: must be 0 (one at a time) or 0.001 to 1e9 messages a second"
                 ));
             }
-            if timeout == 0 {
-                return Err("--timeout must be at least 1 ms".into());
+            if !(1..=MAX_TIMEOUT_MS).contains(&timeout) {
+                return Err(format!(
+                    "--timeout {timeout}: must be 1 to {MAX_TIMEOUT_MS} ms"
+                ));
             }
             let opts = PingOpts {
                 size,
@@ -296,18 +300,22 @@ struct Record {
 }
 
 impl Record {
-    /// An answer: the message's first bytes, got at `now`, the run begun at `t0`.
+    /// An answer: the message's first bytes, got at `now`, the run begun at `t0`; anything
+    /// not one of the `sent` messages is ignored.
     fn answer(&mut self, data: &[u8], t0: Instant, now: Instant, sent: u64) {
         let word = |i: usize| {
             data.get(i..i + 8)
                 .and_then(|b| b.try_into().ok())
                 .map(u64::from_le_bytes)
         };
-        let (Some(n), Some(at_ns)) = (word(0), word(8)) else {
+        let (Some(n), Some(at)) = (word(0), word(8)) else {
             return;
         };
-        if n >= sent {
-            return; // not one of ours
+        let Some(at) = t0.checked_add(Duration::from_nanos(at)) else {
+            return;
+        };
+        if n >= sent || at > now {
+            return;
         }
         let (w, bit) = ((n / 64) as usize, 1u64 << (n % 64));
         if self.seen[w] & bit != 0 {
@@ -315,9 +323,7 @@ impl Record {
             return;
         }
         self.seen[w] |= bit;
-        let rtt = now
-            .saturating_duration_since(t0 + Duration::from_nanos(at_ns))
-            .as_nanos() as u64;
+        let rtt = now.duration_since(at).as_nanos() as u64;
         if rtt > self.timeout.as_nanos() as u64 {
             self.late += 1;
         } else {
@@ -398,7 +404,9 @@ fn ping(dst: SocketAddr, o: &PingOpts, cfg: RtConfig) -> Result<PingSummary, Str
             end.saturating_duration_since(Instant::now())
         };
         sock.poll(wait.min(Duration::from_millis(100)), |m| {
-            rec.answer(m.data, t0, Instant::now(), sent);
+            if m.src == dst {
+                rec.answer(m.data, t0, Instant::now(), sent);
+            }
         })
         .map_err(io)?;
         let now = Instant::now();
@@ -442,4 +450,40 @@ fn quantile_us(v: &mut [u64], p: f64) -> f64 {
     v.sort_unstable();
     v.get(((v.len() as f64 - 1.0) * p).round() as usize)
         .map_or(f64::NAN, |&ns| ns as f64 / 1e3)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(n: u64, at_ns: u64) -> Vec<u8> {
+        let mut m = n.to_le_bytes().to_vec();
+        m.extend(at_ns.to_le_bytes());
+        m.extend([0u8; 48]);
+        m
+    }
+
+    #[test]
+    fn each_answer_counts_once_and_what_is_not_ours_not_at_all() {
+        let t0 = Instant::now();
+        let now = t0 + Duration::from_millis(10);
+        let mut r = Record {
+            seen: vec![0; 2],
+            rtts_ns: Vec::new(),
+            late: 0,
+            duplicates: 0,
+            timeout: Duration::from_millis(5),
+        };
+        let sent = 100;
+        r.answer(&msg(3, 8_000_000), t0, now, sent); // 2 ms
+        r.answer(&msg(3, 8_000_000), t0, now, sent); // again
+        r.answer(&msg(4, 1_000_000), t0, now, sent); // 9 ms: too late
+        r.answer(&msg(100, 9_000_000), t0, now, sent); // never sent
+        r.answer(&msg(5, 20_000_000), t0, now, sent); // from the future
+        r.answer(&msg(6, u64::MAX), t0, now, sent); // beyond any instant
+        r.answer(&[1, 2, 3], t0, now, sent); // short
+        assert_eq!(r.rtts_ns, [2_000_000]);
+        assert_eq!((r.late, r.duplicates), (1, 1));
+        assert_eq!(r.seen[0], 1 << 3 | 1 << 4);
+    }
 }

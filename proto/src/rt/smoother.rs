@@ -49,6 +49,9 @@ pub enum NrtRule {
     NonNegative,
 }
 
+/// The longest period a smoother takes: longer ones in a [`SmootherConfig`] are cut to it.
+pub const MAX_PERIOD: Duration = Duration::from_secs(3600);
+
 /// The smoother's parameters; the defaults are the paper's Table 3.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SmootherConfig {
@@ -131,9 +134,19 @@ pub struct Smoother {
 impl Smoother {
     /// A full bucket at `now`, the period at `rp0` (bounded by `rp_min` and `rp_max`); with
     /// [`SmootherConfig::cautious_start`], an empty bucket and the period at `rp_max`.
+    /// Periods longer than [`MAX_PERIOD`] are cut to it.
     pub fn new(cfg: SmootherConfig, now: Instant) -> Self {
-        let rp_max = cfg.rp_max.max(cfg.rp_min);
-        let cfg = SmootherConfig { rp_max, ..cfg };
+        let cut = |d: Duration| d.min(MAX_PERIOD);
+        let rp_min = cut(cfg.rp_min);
+        let rp_max = cut(cfg.rp_max).max(rp_min);
+        let cfg = SmootherConfig {
+            rp0: cut(cfg.rp0),
+            rp_min,
+            rp_max,
+            rp_step: cut(cfg.rp_step),
+            adapt_every: cfg.adapt_every.map(cut),
+            ..cfg
+        };
         let (rp, credits) = if cfg.cautious_start {
             (rp_max, 0)
         } else {
@@ -302,6 +315,31 @@ mod tests {
 
     const MS: Duration = Duration::from_millis(1);
     const FULL: usize = FULL_DATAGRAM;
+
+    #[test]
+    fn periods_beyond_an_hour_are_cut_to_it() {
+        let t0 = Instant::now();
+        for (spread, adapt_every) in [(false, None), (true, Some(Duration::MAX))] {
+            let mut s = Smoother::new(
+                SmootherConfig {
+                    rp0: Duration::MAX,
+                    rp_min: Duration::MAX,
+                    rp_max: Duration::MAX,
+                    rp_step: Duration::MAX,
+                    spread,
+                    adapt_every,
+                    ..SmootherConfig::default()
+                },
+                t0,
+            );
+            assert_eq!(s.period(), MAX_PERIOD);
+            s.on_report(true);
+            for _ in 0..3 {
+                s.handle_timeout(s.next_refresh());
+            }
+            assert_eq!(s.period(), MAX_PERIOD);
+        }
+    }
 
     /// Refreshes at each due time, with loss reported before those marked; the periods after.
     fn trace(s: &mut Smoother, losses: &[bool]) -> Vec<u64> {
