@@ -105,6 +105,7 @@ fn ping_refuses_what_it_cannot_do() {
         (&["--count", "0"][..], "--count 0"),
         (&["--rate=-1"][..], "--rate -1"),
         (&["--size", "70000"][..], "--size 70000"),
+        (&["--max-message", "2000000"][..], "--max-message 2000000"),
     ] {
         let out = Command::new(BIN)
             .args(["rt", "ping", "127.0.0.1:9"])

@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 const STAMP: usize = 16;
 /// Most messages one run may send (each answered one keeps its round trip, 8 bytes).
 const MAX_COUNT: u64 = 10_000_000;
+/// The largest `--max-message`, bytes.
+const MAX_MESSAGE: usize = 1 << 20;
 /// The longest `--timeout`, ms.
 const MAX_TIMEOUT_MS: u64 = 3_600_000;
 
@@ -35,7 +37,7 @@ pub enum RtCmd {
         /// Stop after this many seconds.
         #[arg(long, value_name = "SECS")]
         seconds: Option<f64>,
-        /// Largest message, bytes.
+        /// Largest message, bytes (at most 1 MiB: the pool holds 128 of them).
         #[arg(long, default_value_t = 64 << 10)]
         max_message: usize,
         /// Look for messages without sleeping for this long before each wait (a busy wait
@@ -70,7 +72,7 @@ pub enum RtCmd {
         /// Deadline of each message, µs (the pong counts late arrivals; default: none).
         #[arg(long, value_name = "US")]
         deadline: Option<u64>,
-        /// Largest message, bytes.
+        /// Largest message, bytes (at most 1 MiB: the pool holds 128 of them).
         #[arg(long, default_value_t = 64 << 10)]
         max_message: usize,
         /// Look for answers without sleeping for this long before each wait.
@@ -87,6 +89,12 @@ pub enum RtCmd {
 
 /// Runs `slipstream rt ...`.
 pub fn run(cmd: RtCmd) -> Result<(), String> {
+    let (RtCmd::Pong { max_message, .. } | RtCmd::Ping { max_message, .. }) = &cmd;
+    if !(1..=MAX_MESSAGE).contains(max_message) {
+        return Err(format!(
+            "--max-message {max_message}: must be 1 to {MAX_MESSAGE} bytes"
+        ));
+    }
     if let Err(e) = slipstream::signal::install_stop_handler() {
         return Err(format!("installing the SIGINT/SIGTERM handler: {e}"));
     }
