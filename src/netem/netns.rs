@@ -72,6 +72,9 @@ pub struct VethPair {
     pub addr_b: Ipv4Addr,
     /// MTU of both veth ends.
     pub mtu: u32,
+    /// The veth ends' interface names, in namespace a and b.
+    pub dev_a: String,
+    pub dev_b: String,
     created: Vec<String>,
 }
 
@@ -93,17 +96,19 @@ impl VethPair {
         remove_stale();
         let pid = std::process::id();
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        // Interface names are limited to 15 bytes; the namespaces keep them apart anyway.
+        let dev_a = format!("vs{pid:x}x{}a", n % 100);
+        let dev_b = format!("vs{pid:x}x{}b", n % 100);
         let mut pair = VethPair {
             ns_a: format!("{PREFIX}{pid}_{n}a"),
             ns_b: format!("{PREFIX}{pid}_{n}b"),
             addr_a: Ipv4Addr::new(10, 201, 0, 1),
             addr_b: Ipv4Addr::new(10, 201, 0, 2),
             mtu,
+            dev_a: dev_a.clone(),
+            dev_b: dev_b.clone(),
             created: Vec::new(),
         };
-        // Interface names are limited to 15 bytes; the namespaces keep them apart anyway.
-        let dev_a = format!("vs{pid:x}x{}a", n % 100);
-        let dev_b = format!("vs{pid:x}x{}b", n % 100);
         for ns in [pair.ns_a.clone(), pair.ns_b.clone()] {
             ip(&["netns", "add", &ns])?;
             MADE.note(&ns, true);

@@ -38,6 +38,7 @@
 //! reassembly slots, peer tables and the kernel message arrays are all sized there
 //! ([`RtSocket::memory`] says how much).
 
+mod path;
 mod recv;
 mod send;
 
@@ -53,12 +54,17 @@ pub use slipstream_proto::rt::smoother::{
 use crate::datapath::{Datapath, DatapathStats};
 use crate::sys::mmsg::{Mark, Mmsg};
 use crate::sys::uring::pool::PoolMem;
+use path::Path;
+pub use path::XdpStats;
 use slipstream_proto::rt::header::RT_HEADER_LEN;
 use slipstream_proto::rt::reassembly::ReassemblyConfig;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The largest MTU an AF_XDP frame holds (a frame less its Ethernet header).
+const FRAME_MTU: usize = crate::sys::xdp::FRAME - 14;
 
 /// The longest a blocking receive of [`RtSocket::poll`] waits before it looks at the
 /// reports due (the socket's SO_RCVTIMEO).
@@ -117,6 +123,16 @@ pub struct RtConfig {
     /// halts). For a socket with a CPU of its own; on a CPU it shares with its peer it only
     /// delays the peer. Zero (the default): no spinning.
     pub spin: Duration,
+    /// Receive and send past the kernel's IP and UDP stack with an AF_XDP socket (copy mode)
+    /// on this interface (its index: [`interface_index`]), beside the kernel socket: see
+    /// docs/rt.md. IPv4, as root (CAP_NET_ADMIN and CAP_BPF), one such socket an interface,
+    /// an MTU of at most 4,082 bytes. `None` (the default): the kernel's UDP socket alone.
+    pub xdp_interface: Option<u32>,
+}
+
+/// The index of network interface `name`, for [`RtConfig::xdp_interface`].
+pub fn interface_index(name: &str) -> io::Result<u32> {
+    crate::sys::xdp::ifindex(name)
 }
 
 impl Default for RtConfig {
@@ -138,6 +154,7 @@ impl Default for RtConfig {
             mark: true,
             peers: 64,
             spin: Duration::ZERO,
+            xdp_interface: None,
         }
     }
 }
@@ -265,11 +282,13 @@ pub struct RtStats {
     pub credits: i64,
     /// The kernel side: datagrams sent, dropped on ENOBUFS, system calls, ...
     pub datapath: DatapathStats,
+    /// The AF_XDP path's counters, if the socket has one ([`RtConfig::xdp_interface`]).
+    pub xdp: Option<XdpStats>,
 }
 
 /// A real-time datagram socket; see the module's calling protocol.
 pub struct RtSocket {
-    dp: Mmsg,
+    dp: Path,
     cfg: RtConfig,
     pool: Arc<PoolMem>,
     clock: Clock,
@@ -373,10 +392,18 @@ impl RtSocket {
             ));
         }
         let frag_len = (cfg.mtu - ip_udp - RT_HEADER_LEN).min(u16::MAX as usize) as u16;
+        if cfg.xdp_interface.is_some() && (addr.is_ipv6() || cfg.mtu > FRAME_MTU) {
+            return Err(invalid(
+                "AF_XDP takes IPv4 addresses and an MTU of at most 4,082 bytes",
+            ));
+        }
         let mut dp = Mmsg::bind(addr, true)?;
         dp.set_send_nowait(true);
-        // Without slices every wait is a ppoll: slower, still correct.
-        let _ = dp.enable_slices(WAIT_SLICE);
+        // Without slices every wait is a ppoll: slower, still correct. With AF_XDP every
+        // wait is one, on both sockets.
+        if cfg.xdp_interface.is_none() {
+            let _ = dp.enable_slices(WAIT_SLICE);
+        }
         let _ = dp.recv_tos();
         let rt_mark = if cfg.mark { mark_supported() } else { None };
         if let Some(m) = rt_mark {
@@ -385,6 +412,10 @@ impl RtSocket {
             // refuses, every datagram carries its mark as before.
             let _ = dp.set_default_mark(m);
         }
+        let dp = match cfg.xdp_interface {
+            Some(ifindex) => Path::with_xdp(dp, ifindex, cfg.peers)?,
+            None => Path::udp(dp),
+        };
         let pool = PoolMem::new(cfg.buffers, cfg.max_message, cfg.buffers)?;
         let now = Instant::now();
         let reasm = ReassemblyConfig {
@@ -408,7 +439,7 @@ impl RtSocket {
 
     /// The bound address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.dp.local_addr()
+        self.dp.udp.local_addr()
     }
 
     /// The configuration it was opened with.
@@ -566,6 +597,7 @@ impl RtSocket {
             .unwrap_or(Duration::MAX);
             let sliced = self
                 .dp
+                .udp
                 .slice()
                 .is_some_and(|s| exact >= s.saturating_add(KERNEL_TICK_MAX));
             let delivered = match self.spin(now, exact, &mut on_message)? {
@@ -625,11 +657,7 @@ impl RtSocket {
         wait: Duration,
         on_message: &mut impl FnMut(RtMessage<'_>),
     ) -> io::Result<Option<usize>> {
-        let batch = if let Some(before) = sliced {
-            self.dp.recv_slice(before)?
-        } else {
-            self.dp.recv(Some(wait))?
-        };
+        let batch = self.dp.recv(sliced, wait)?;
         if batch.is_empty() {
             return Ok(None);
         }
@@ -681,7 +709,8 @@ impl RtSocket {
             s.period_us = period.as_micros() as u64;
             s.credits = credits;
         }
-        s.datapath = self.dp.stats();
+        s.datapath = self.dp.udp.stats();
+        s.xdp = self.dp.xdp_stats();
         s
     }
 }

@@ -2,8 +2,8 @@
 //! deadline, and what each source is told in its loss reports.
 
 use super::{RtConfig, RtMessage, RtStats};
-use crate::datapath::{Datapath, TxGather};
-use crate::sys::mmsg::{Mark, Mmsg};
+use crate::datapath::TxGather;
+use crate::sys::mmsg::Mark;
 use slipstream_proto::rt::header::{Class, RtHeader};
 use slipstream_proto::rt::reassembly::{Outcome, Reassembler, ReassemblyConfig, ReassemblyStats};
 use slipstream_proto::rt::report::{Report, REPORT_LEN};
@@ -218,7 +218,7 @@ impl Receiver {
     pub(super) fn send_reports(
         &mut self,
         now: Instant,
-        dp: &mut Mmsg,
+        dp: &mut super::path::Path,
         mark: Option<Mark>,
         stats: &mut RtStats,
     ) {

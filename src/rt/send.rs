@@ -3,9 +3,9 @@
 //! reports.
 
 use super::{Buf, Class, LossSignal, RtConfig, RtStats, SendError, WouldBlock};
-use crate::datapath::{Datapath, TxGather};
+use crate::datapath::TxGather;
 use crate::smoother::{dephased, HostSmoother, LinkModel};
-use crate::sys::mmsg::{Mark, Mmsg};
+use crate::sys::mmsg::Mark;
 use slipstream_proto::rt::header::{RtHeader, RT_HEADER_LEN};
 use slipstream_proto::rt::report::Report;
 use slipstream_proto::rt::smoother::{Smoother, SmootherStats};
@@ -345,7 +345,7 @@ impl Sender {
     pub(super) fn pump(
         &mut self,
         now: Instant,
-        dp: &mut Mmsg,
+        dp: &mut super::path::Path,
         rt_mark: Option<Mark>,
         stats: &mut RtStats,
     ) {
@@ -447,7 +447,7 @@ impl Sender {
     fn send_bundles(
         &mut self,
         now: Instant,
-        dp: &mut Mmsg,
+        dp: &mut super::path::Path,
         mark: Option<Mark>,
         stats: &mut RtStats,
     ) -> bool {
@@ -542,7 +542,7 @@ impl Sender {
         p: &mut Pending,
         n: u32,
         now: Instant,
-        dp: &mut Mmsg,
+        dp: &mut super::path::Path,
         mark: Option<Mark>,
         stats: &mut RtStats,
     ) -> bool {

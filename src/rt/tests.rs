@@ -516,13 +516,13 @@ fn a_full_kernel_buffer_keeps_real_time_messages_queued_then_sends_them_whole() 
     send(&mut a, dst, 10, 0, Class::Rt);
     assert_eq!(receive_all(&mut b, &mut a, 1).len(), 1);
     // The next send finds the socket buffer full: nothing waits, the message stays queued.
-    a.dp.fail_send(0, libc::EAGAIN);
+    a.dp.udp.fail_send(0, libc::EAGAIN);
     send(&mut a, dst, 5000, 1, Class::Rt);
     assert_eq!(a.queued(), (1, 0));
     assert_eq!(a.stats().datapath.send_would_block, 1);
     assert!(a.next_timer() <= Instant::now() + Duration::from_millis(1));
     // Queued behind it: one more fits, the third is refused with the reason.
-    a.dp.fail_send(0, libc::EAGAIN);
+    a.dp.udp.fail_send(0, libc::EAGAIN);
     send(&mut a, dst, 100, 2, Class::Rt);
     let buf = a.claim().unwrap();
     let e = a.send(buf, 100, dst, Class::Rt, None).unwrap_err();

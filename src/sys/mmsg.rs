@@ -158,6 +158,11 @@ impl Mmsg {
         })
     }
 
+    /// The socket, to wait on beside others.
+    pub(crate) fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.core.sock.as_fd()
+    }
+
     /// Marks every datagram sent from now on with `mark` (`None`: unmarked). Costs no
     /// system call: the mark travels as control messages of each send.
     pub(crate) fn set_mark(&mut self, mark: Option<Mark>) {

@@ -22,4 +22,6 @@ pub(crate) mod tun;
 #[cfg(target_os = "linux")]
 pub(crate) mod uring;
 #[cfg(target_os = "linux")]
+pub(crate) mod xdp;
+#[cfg(target_os = "linux")]
 pub(crate) mod zerocopy;

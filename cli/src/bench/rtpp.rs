@@ -43,6 +43,11 @@ pub struct RtppArgs {
     /// CPU of its own.
     #[arg(long, value_name = "US", default_value_t = 0)]
     pub spin: u64,
+    /// The real-time echo server and the client's real-time socket send and receive past
+    /// the kernel's IP and UDP stack (AF_XDP, copy mode, on their veth end; path veth only;
+    /// the sink stays on the kernel's stack: one AF_XDP socket an interface).
+    #[arg(long)]
+    pub xdp: bool,
     /// Ping-pongs per size.
     #[arg(long, default_value_t = 500)]
     pub iters: usize,
@@ -104,9 +109,16 @@ pub fn run(a: &RtppArgs) -> Result<(), String> {
     if let Some(&s) = sizes.iter().find(|&&s| s == 0 || s == END.len() || s > MAX) {
         return Err(format!("--sizes: {s} is not measured (1 to {MAX}, not 3)"));
     }
+    if a.xdp && a.paths.iter().any(|p| p != "veth") {
+        return Err("--xdp: path veth only (the emulator's ends are TUN devices)".into());
+    }
     let mut rows = Vec::new();
     for path in &a.paths {
-        let (ns, addrs, _guard) = setup(path)?;
+        let (ns, addrs, guard) = setup(path)?;
+        let devs = match (&guard, a.xdp) {
+            (Guard::Veth(p), true) => (Some(p.dev_a.clone()), Some(p.dev_b.clone())),
+            _ => (None, None),
+        };
         eprintln!("rtpp: {path}");
         let stop = Arc::new(AtomicBool::new(false));
         let (client_cpu, server_cpu) = match a.pin.as_str() {
@@ -114,8 +126,16 @@ pub fn run(a: &RtppArgs) -> Result<(), String> {
             "apart" => (Some(0), Some(1)),
             _ => (None, None),
         };
-        let servers = serve(&ns.1, addrs.1, stop.clone(), server_cpu, a.spin)?;
-        let r = measure(a, path, &sizes, &ns.0, addrs, client_cpu, &mut rows);
+        let servers = serve(&ns.1, addrs.1, stop.clone(), server_cpu, a.spin, devs.1)?;
+        let r = measure(
+            a,
+            path,
+            &sizes,
+            (&ns.0, devs.0),
+            addrs,
+            client_cpu,
+            &mut rows,
+        );
         stop.store(true, Ordering::Relaxed);
         for s in servers {
             let _ = s.join();
@@ -149,7 +169,7 @@ pub fn run(a: &RtppArgs) -> Result<(), String> {
 
 /// Whatever keeps a path up until dropped (the emulator: taken down).
 pub(crate) enum Guard {
-    Veth(#[allow(dead_code)] netns::VethPair),
+    Veth(netns::VethPair),
     Netem(String),
 }
 
@@ -199,9 +219,15 @@ fn setup(path: &str) -> Result<Path2, String> {
     ))
 }
 
-/// The real-time sockets' configuration; `spin`: [`RtConfig::spin`], µs.
-fn rt_config(spin: u64) -> RtConfig {
-    RtConfig {
+/// The real-time sockets' configuration; `spin`: [`RtConfig::spin`], µs; `xdp`: the
+/// interface for [`RtConfig::xdp_interface`] (looked up in the calling thread's namespace).
+fn rt_config(spin: u64, xdp: Option<&str>) -> Result<RtConfig, String> {
+    let xdp_interface = match xdp {
+        Some(dev) => Some(slipstream::rt::interface_index(dev).map_err(|e| e.to_string())?),
+        None => None,
+    };
+    Ok(RtConfig {
+        xdp_interface,
         max_message: MAX,
         buffers: 256,
         rt_queue: 256,
@@ -209,7 +235,7 @@ fn rt_config(spin: u64) -> RtConfig {
         smoother: None,
         spin: Duration::from_micros(spin),
         ..RtConfig::default()
-    }
+    })
 }
 
 /// Keeps the calling thread on `cpu` (if any).
@@ -227,10 +253,13 @@ fn serve(
     stop: Arc<AtomicBool>,
     cpu: Option<usize>,
     spin: u64,
+    xdp: Option<String>,
 ) -> Result<Vec<std::thread::JoinHandle<()>>, String> {
     let mut out = Vec::new();
     for (k, port) in PORTS.into_iter().enumerate() {
         let (ns, stop) = (ns.to_string(), stop.clone());
+        // The echo server only: one AF_XDP socket an interface.
+        let xdp = xdp.clone().filter(|_| k == 0);
         let at = SocketAddr::from((addr, port));
         let (tx, rx) = std::sync::mpsc::channel();
         out.push(std::thread::spawn(move || {
@@ -243,7 +272,9 @@ fn serve(
                 return;
             }
             if k % 2 == 0 {
-                let mut sock = match RtSocket::open(at, rt_config(spin)) {
+                let opened = rt_config(spin, xdp.as_deref())
+                    .and_then(|c| RtSocket::open(at, c).map_err(|e| e.to_string()));
+                let mut sock = match opened {
                     Ok(s) => s,
                     Err(e) => {
                         let _ = tx.send(Err(e.to_string()));
@@ -391,12 +422,13 @@ fn quantile(v: &mut [f64], p: f64) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
-/// Measures every size from namespace `ns` (a client thread there).
+/// Measures every size from namespace `ns` (a client thread there; its real-time socket
+/// with AF_XDP on interface `xdp`, if given).
 fn measure(
     a: &RtppArgs,
     path: &str,
     sizes: &[usize],
-    ns: &str,
+    (ns, xdp): (&str, Option<String>),
     addrs: (Ipv4Addr, Ipv4Addr),
     cpu: Option<usize>,
     rows: &mut Vec<Row>,
@@ -407,8 +439,11 @@ fn measure(
     let got = std::thread::spawn(move || -> Result<Vec<Row>, String> {
         netns::enter(&ns).map_err(|e| e.to_string())?;
         pin(cpu)?;
-        let mut rt = RtSocket::open(SocketAddr::from((addrs.0, 0)), rt_config(spin))
-            .map_err(|e| e.to_string())?;
+        let mut rt = RtSocket::open(
+            SocketAddr::from((addrs.0, 0)),
+            rt_config(spin, xdp.as_deref())?,
+        )
+        .map_err(|e| e.to_string())?;
         let plain = UdpSocket::bind(SocketAddr::from((addrs.0, 0))).map_err(|e| e.to_string())?;
         plain
             .set_read_timeout(Some(Duration::from_secs(1)))
@@ -452,6 +487,13 @@ fn measure(
                 rt_lost,
                 plain_lost,
             });
+        }
+        if let Some(x) = rt.stats().xdp {
+            eprintln!(
+                "rtpp: {path}: the client's AF_XDP path sent {} frames and received {} \
+                 ({} datagrams through the kernel, {} frames dropped malformed)",
+                x.frames_sent, x.frames_received, x.kernel_sends, x.malformed
+            );
         }
         Ok(out)
     })
