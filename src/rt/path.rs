@@ -246,8 +246,8 @@ impl Path {
                 "AF_XDP takes IPv4 sockets only",
             ));
         };
-        let xsk = Xsk::open(ifindex, local.port())?;
         let bound = Some(*local.ip()).filter(|ip| !ip.is_unspecified());
+        let xsk = Xsk::open(ifindex, local.port(), bound)?;
         let xdp = Xdp {
             xsk,
             port: local.port(),
@@ -326,6 +326,9 @@ impl Path {
                 None => self.udp.recv(Some(wait)),
             };
         };
+        if x.xsk.tx_pending() {
+            x.xsk.kick()?;
+        }
         x.take();
         let from = if !x.taken.is_empty() {
             From::Frames
@@ -362,10 +365,24 @@ impl Path {
                 From::Nothing
             }
         };
-        match (&self.xdp, from) {
-            (Some(x), From::Frames) => Ok(RxBatch::with_parts(x, &x.metas)),
-            (_, From::Kernel) => self.udp.recv(Some(Duration::ZERO)),
-            _ => Ok(RxBatch::empty()),
+        match from {
+            From::Frames => match &self.xdp {
+                Some(x) => Ok(RxBatch::with_parts(x, &x.metas)),
+                None => Ok(RxBatch::empty()),
+            },
+            From::Kernel => {
+                let batch = self.udp.recv(Some(Duration::ZERO))?;
+                // A peer heard through the kernel comes another way than frames on this
+                // queue (another interface, queue or route): its learned address may be
+                // stale, and the kernel knows the way back.
+                if let Some(x) = &mut self.xdp {
+                    for (src, _) in batch.iter() {
+                        x.peers.retain(|p| SocketAddr::V4(p.addr) != src);
+                    }
+                }
+                Ok(batch)
+            }
+            From::Nothing => Ok(RxBatch::empty()),
         }
     }
 

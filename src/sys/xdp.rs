@@ -16,6 +16,7 @@
 //! back to the free list by themselves.
 
 use std::io;
+use std::net::Ipv4Addr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -66,41 +67,56 @@ fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> u64 {
         | u64::from(imm as u32) << 32
 }
 
-/// The XDP program: IPv4 UDP to `port`, neither fragmented nor with options, goes to the
-/// socket in `map` at the frame's queue (XDP_PASS if there is none); the rest passes.
-fn program(map: BorrowedFd<'_>, port: u16) -> Vec<u64> {
+/// The XDP program: IPv4 UDP to `port` (and to address `ip`, if given), neither
+/// fragmented nor with options, goes to the socket in `map` at the frame's queue (XDP_PASS if
+/// there is none); the rest passes.
+fn program(map: BorrowedFd<'_>, port: u16, ip: Option<Ipv4Addr>) -> Vec<u64> {
     // Loads of packet bytes read memory order: a big-endian field compares against its
     // bytes read as a little-endian number.
     let be16 = |v: u16| i32::from(u16::from_le_bytes(v.to_be_bytes()));
+    // Jumps to `pass`, patched below.
+    const PASS: i16 = i16::MIN;
     let mut p = vec![
-        insn(0xbf, 6, 1, 0, 0),               // r6 = ctx
-        insn(0x61, 2, 6, 0, 0),               // r2 = ctx->data
-        insn(0x61, 3, 6, 4, 0),               // r3 = ctx->data_end
-        insn(0xbf, 4, 2, 0, 0),               // r4 = r2
-        insn(0x07, 4, 0, 0, 42),              // r4 += Ethernet + IPv4 + UDP headers
-        insn(0x2d, 4, 3, 0, 0),               // if r4 > r3: pass
-        insn(0x69, 5, 2, 12, 0),              // r5 = EtherType
-        insn(0x55, 5, 0, 0, be16(0x0800)),    // if not IPv4: pass
-        insn(0x71, 5, 2, 23, 0),              // r5 = IP protocol
-        insn(0x55, 5, 0, 0, 17),              // if not UDP: pass
-        insn(0x71, 5, 2, 14, 0),              // r5 = IP version and header length
-        insn(0x55, 5, 0, 0, 0x45),            // if options: pass
-        insn(0x69, 5, 2, 20, 0),              // r5 = flags and fragment offset
-        insn(0x45, 5, 0, 0, be16(0x3fff)),    // if a fragment: pass
-        insn(0x69, 5, 2, 36, 0),              // r5 = UDP destination port
-        insn(0x55, 5, 0, 0, be16(port)),      // if not ours: pass
-        insn(0x61, 2, 6, 16, 0),              // r2 = ctx->rx_queue_index
-        insn(0x18, 1, 1, 0, map.as_raw_fd()), // r1 = the map (64-bit load, two slots)
-        insn(0, 0, 0, 0, 0),                  //
-        insn(0xb7, 3, 0, 0, 2),               // r3 = XDP_PASS when the queue has no socket
-        insn(0x85, 0, 0, 0, 51),              // r0 = bpf_redirect_map(r1, r2, r3)
-        insn(0x95, 0, 0, 0, 0),               // return r0
-        insn(0xb7, 0, 0, 0, 2),               // pass: r0 = XDP_PASS
-        insn(0x95, 0, 0, 0, 0),               // return r0
+        insn(0xbf, 6, 1, 0, 0),                // r6 = ctx
+        insn(0x61, 2, 6, 0, 0),                // r2 = ctx->data
+        insn(0x61, 3, 6, 4, 0),                // r3 = ctx->data_end
+        insn(0xbf, 4, 2, 0, 0),                // r4 = r2
+        insn(0x07, 4, 0, 0, 42),               // r4 += Ethernet + IPv4 + UDP headers
+        insn(0x2d, 4, 3, PASS, 0),             // if r4 > r3: pass
+        insn(0x69, 5, 2, 12, 0),               // r5 = EtherType
+        insn(0x55, 5, 0, PASS, be16(0x0800)),  // if not IPv4: pass
+        insn(0x71, 5, 2, 23, 0),               // r5 = IP protocol
+        insn(0x55, 5, 0, PASS, 17),            // if not UDP: pass
+        insn(0x71, 5, 2, 14, 0),               // r5 = IP version and header length
+        insn(0x55, 5, 0, PASS, 0x45),          // if options: pass
+        insn(0x69, 5, 2, 20, 0),               // r5 = flags and fragment offset
+        insn(0x45, 5, 0, PASS, be16(0x3fff)),  // if a fragment: pass
+        insn(0x69, 5, 2, 36, 0),               // r5 = UDP destination port
+        insn(0x55, 5, 0, PASS, be16(port)),    // if not ours: pass
     ];
+    if let Some(ip) = ip {
+        p.extend([
+            insn(0x61, 5, 2, 30, 0), // r5 = IP destination
+            // 32-bit compare: the immediate is not sign-extended against a 64-bit r5.
+            insn(0x56, 5, 0, PASS, u32::from_le_bytes(ip.octets()) as i32), // if not ours: pass
+        ]);
+    }
+    p.extend([
+        insn(0x61, 2, 6, 16, 0),               // r2 = ctx->rx_queue_index
+        insn(0x18, 1, 1, 0, map.as_raw_fd()),  // r1 = the map (64-bit load, two slots)
+        insn(0, 0, 0, 0, 0),                   //
+        insn(0xb7, 3, 0, 0, 2),                // r3 = XDP_PASS when the queue has no socket
+        insn(0x85, 0, 0, 0, 51),               // r0 = bpf_redirect_map(r1, r2, r3)
+        insn(0x95, 0, 0, 0, 0),                // return r0
+        insn(0xb7, 0, 0, 0, 2),                // pass: r0 = XDP_PASS
+        insn(0x95, 0, 0, 0, 0),                // return r0
+    ]);
     let pass = p.len() as i16 - 2;
-    for i in [5usize, 7, 9, 11, 13, 15] {
-        p[i] = p[i] & !(0xffff << 16) | u64::from((pass - i as i16 - 1) as u16) << 16;
+    for (i, x) in p.iter_mut().enumerate() {
+        let jump = matches!(*x as u8 & 0x07, 0x05 | 0x06);
+        if jump && (*x >> 16) as u16 == PASS as u16 {
+            *x = *x & !(0xffff << 16) | u64::from((pass - i as i16 - 1) as u16) << 16;
+        }
     }
     p
 }
@@ -216,9 +232,10 @@ const UMEM_LEN: usize = FRAME * (RX_FRAMES + TX_FRAMES);
 
 impl Xsk {
     /// Opens a socket on queue 0 of interface `ifindex` (copy mode) and steers to it the UDP
-    /// datagrams for `port`. Needs CAP_NET_ADMIN and CAP_BPF (root), and a driver with XDP
-    /// of its own; fails if the interface already has an XDP program.
-    pub(crate) fn open(ifindex: u32, port: u16) -> io::Result<Xsk> {
+    /// datagrams for `port` (and address `ip`, if given). Needs CAP_NET_ADMIN and CAP_BPF
+    /// (root), and a driver with XDP of its own; fails if the interface already has an XDP
+    /// program.
+    pub(crate) fn open(ifindex: u32, port: u16, ip: Option<Ipv4Addr>) -> io::Result<Xsk> {
         let ctx =
             |what: &str, e: io::Error| io::Error::new(e.kind(), format!("AF_XDP {what}: {e}"));
         // SAFETY: socket(2) with constant arguments.
@@ -356,7 +373,7 @@ impl Xsk {
         a[1] = &raw const key as u64;
         a[2] = &raw const value as u64;
         bpf(BPF_MAP_UPDATE_ELEM, &mut a).map_err(|e| ctx("map", e))?;
-        let insns = program(map.as_fd(), port);
+        let insns = program(map.as_fd(), port, ip);
         let license = c"GPL";
         let mut a = [0u64; 16];
         a[0] = BPF_PROG_TYPE_XDP | (insns.len() as u64) << 32;
@@ -515,31 +532,40 @@ impl Xsk {
     }
 
     /// Makes the kernel send what is queued.
+    /// A call sends a batch of at most 32 frames and says EAGAIN if more wait: it is called
+    /// again until none does. Busy or short of buffers, the rest goes with the next kick
+    /// (see [`Self::tx_pending`]).
     pub(crate) fn kick(&mut self) -> io::Result<()> {
-        self.stats.kicks += 1;
-        // SAFETY: sendto(2) with no data and no address, on our socket.
-        let rc = unsafe {
-            libc::sendto(
-                self.sock.as_raw_fd(),
-                std::ptr::null(),
-                0,
-                libc::MSG_DONTWAIT,
-                std::ptr::null(),
-                0,
-            )
-        };
-        if rc < 0 {
+        for _ in 0..TX_FRAMES / 32 + 1 {
+            self.stats.kicks += 1;
+            // SAFETY: sendto(2) with no data and no address, on our socket.
+            let rc = unsafe {
+                libc::sendto(
+                    self.sock.as_raw_fd(),
+                    std::ptr::null(),
+                    0,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null(),
+                    0,
+                )
+            };
+            if rc >= 0 {
+                break;
+            }
             let e = io::Error::last_os_error();
-            // Busy or short of buffers: what is queued goes with the next kick.
-            if !matches!(
-                e.raw_os_error(),
-                Some(libc::EAGAIN | libc::EBUSY | libc::ENOBUFS)
-            ) {
-                return Err(e);
+            match e.raw_os_error() {
+                Some(libc::EAGAIN) if self.tx_pending() => continue,
+                Some(libc::EAGAIN | libc::EBUSY | libc::ENOBUFS) => break,
+                _ => return Err(e),
             }
         }
         self.reap();
         Ok(())
+    }
+
+    /// Whether frames queued for sending wait for a kick.
+    pub(crate) fn tx_pending(&self) -> bool {
+        self.tx.prod().load(Ordering::Relaxed) != self.tx.cons().load(Ordering::Acquire)
     }
 
     /// Frames the kernel has sent, back to the free list.
@@ -624,13 +650,23 @@ mod tests {
         // No kernel needed: the shape of the program.
         // SAFETY (test): a descriptor number never used, only read as a number.
         let fake = unsafe { BorrowedFd::borrow_raw(1000) };
-        let p = program(fake, 0x1f4d);
-        let pass = p.len() - 2;
-        for i in [5usize, 7, 9, 11, 13, 15] {
-            let off = (p[i] >> 16) as u16 as i16;
-            assert_eq!(i as i64 + 1 + i64::from(off), pass as i64, "jump at {i}");
+        for ip in [None, Some(Ipv4Addr::new(10, 0, 0, 200))] {
+            let p = program(fake, 0x1f4d, ip);
+            let pass = p.len() - 2;
+            let jumps: Vec<usize> = (0..p.len())
+                .filter(|&i| [0x2d, 0x55, 0x45, 0x56].contains(&(p[i] as u8)))
+                .collect();
+            assert_eq!(jumps.len(), 6 + usize::from(ip.is_some()));
+            for i in jumps {
+                let off = (p[i] >> 16) as u16 as i16;
+                assert_eq!(i as i64 + 1 + i64::from(off), pass as i64, "jump at {i}");
+            }
+            assert_eq!((p[15] >> 32) as u32, 0x4d1f);
+            if ip.is_some() {
+                assert_eq!((p[17] >> 32) as u32, 0xc800_000a);
+            }
+            let map = p.iter().position(|&x| x as u8 == 0x18).unwrap();
+            assert_eq!((p[map] >> 32) as i32, 1000);
         }
-        assert_eq!((p[15] >> 32) as u32, 0x4d1f);
-        assert_eq!((p[17] >> 32) as i32, 1000);
     }
 }
