@@ -15,11 +15,13 @@
 use crate::datapath::{Datapath, RxBatch, RxMeta, RxParts, TxGather};
 use crate::sys::mmsg::{Mark, Mmsg};
 use crate::sys::xdp::{Xsk, FRAME, RX_FRAMES};
-use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use rustix::event::epoll;
+use rustix::event::Timespec;
 use serde::Serialize;
 use slipstream_proto::rt::frame::{Frame, HEADERS_LEN};
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
 /// Frames handed to the caller at most per receive.
@@ -75,6 +77,8 @@ struct Xdp {
     metas: Vec<RxMeta>,
     tos: u8,
     spins: u32,
+    /// Both sockets, to wait on (an epoll set: nothing to register per wait).
+    epoll: OwnedFd,
     stats: XdpStats,
 }
 
@@ -248,6 +252,19 @@ impl Path {
         };
         let bound = Some(*local.ip()).filter(|ip| !ip.is_unspecified());
         let xsk = Xsk::open(ifindex, local.port(), bound)?;
+        let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+        epoll::add(
+            &ep,
+            xsk.fd(),
+            epoll::EventData::new_u64(0),
+            epoll::EventFlags::IN,
+        )?;
+        epoll::add(
+            &ep,
+            udp.fd(),
+            epoll::EventData::new_u64(1),
+            epoll::EventFlags::IN,
+        )?;
         let xdp = Xdp {
             xsk,
             port: local.port(),
@@ -259,6 +276,7 @@ impl Path {
             metas: Vec::with_capacity(RX_BATCH),
             tos: 0,
             spins: 0,
+            epoll: ep,
             stats: XdpStats::default(),
         };
         Ok(Path {
@@ -345,15 +363,23 @@ impl Path {
                 tv_sec: wait.as_secs() as _,
                 tv_nsec: wait.subsec_nanos() as _,
             });
-            let mut fds = [
-                PollFd::from_borrowed_fd(x.xsk.fd(), PollFlags::IN),
-                PollFd::from_borrowed_fd(self.udp.fd(), PollFlags::IN),
-            ];
-            let (frames, kernel) = match poll(&mut fds, ts.as_ref()) {
-                Ok(_) => (!fds[0].revents().is_empty(), !fds[1].revents().is_empty()),
-                Err(rustix::io::Errno::INTR) => (false, false),
+            let mut events = [epoll::Event {
+                flags: epoll::EventFlags::empty(),
+                data: epoll::EventData::new_u64(0),
+            }; 2];
+            let (mut frames, mut kernel) = (false, false);
+            match epoll::wait(&x.epoll, &mut events, ts.as_ref()) {
+                Ok(n) => {
+                    for e in &events[..n] {
+                        match e.data.u64() {
+                            0 => frames = true,
+                            _ => kernel = true,
+                        }
+                    }
+                }
+                Err(rustix::io::Errno::INTR) => {}
                 Err(e) => return Err(e.into()),
-            };
+            }
             if frames {
                 x.take();
             }

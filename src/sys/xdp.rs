@@ -77,22 +77,22 @@ fn program(map: BorrowedFd<'_>, port: u16, ip: Option<Ipv4Addr>) -> Vec<u64> {
     // Jumps to `pass`, patched below.
     const PASS: i16 = i16::MIN;
     let mut p = vec![
-        insn(0xbf, 6, 1, 0, 0),                // r6 = ctx
-        insn(0x61, 2, 6, 0, 0),                // r2 = ctx->data
-        insn(0x61, 3, 6, 4, 0),                // r3 = ctx->data_end
-        insn(0xbf, 4, 2, 0, 0),                // r4 = r2
-        insn(0x07, 4, 0, 0, 42),               // r4 += Ethernet + IPv4 + UDP headers
-        insn(0x2d, 4, 3, PASS, 0),             // if r4 > r3: pass
-        insn(0x69, 5, 2, 12, 0),               // r5 = EtherType
-        insn(0x55, 5, 0, PASS, be16(0x0800)),  // if not IPv4: pass
-        insn(0x71, 5, 2, 23, 0),               // r5 = IP protocol
-        insn(0x55, 5, 0, PASS, 17),            // if not UDP: pass
-        insn(0x71, 5, 2, 14, 0),               // r5 = IP version and header length
-        insn(0x55, 5, 0, PASS, 0x45),          // if options: pass
-        insn(0x69, 5, 2, 20, 0),               // r5 = flags and fragment offset
-        insn(0x45, 5, 0, PASS, be16(0x3fff)),  // if a fragment: pass
-        insn(0x69, 5, 2, 36, 0),               // r5 = UDP destination port
-        insn(0x55, 5, 0, PASS, be16(port)),    // if not ours: pass
+        insn(0xbf, 6, 1, 0, 0),               // r6 = ctx
+        insn(0x61, 2, 6, 0, 0),               // r2 = ctx->data
+        insn(0x61, 3, 6, 4, 0),               // r3 = ctx->data_end
+        insn(0xbf, 4, 2, 0, 0),               // r4 = r2
+        insn(0x07, 4, 0, 0, 42),              // r4 += Ethernet + IPv4 + UDP headers
+        insn(0x2d, 4, 3, PASS, 0),            // if r4 > r3: pass
+        insn(0x69, 5, 2, 12, 0),              // r5 = EtherType
+        insn(0x55, 5, 0, PASS, be16(0x0800)), // if not IPv4: pass
+        insn(0x71, 5, 2, 23, 0),              // r5 = IP protocol
+        insn(0x55, 5, 0, PASS, 17),           // if not UDP: pass
+        insn(0x71, 5, 2, 14, 0),              // r5 = IP version and header length
+        insn(0x55, 5, 0, PASS, 0x45),         // if options: pass
+        insn(0x69, 5, 2, 20, 0),              // r5 = flags and fragment offset
+        insn(0x45, 5, 0, PASS, be16(0x3fff)), // if a fragment: pass
+        insn(0x69, 5, 2, 36, 0),              // r5 = UDP destination port
+        insn(0x55, 5, 0, PASS, be16(port)),   // if not ours: pass
     ];
     if let Some(ip) = ip {
         p.extend([
@@ -102,14 +102,14 @@ fn program(map: BorrowedFd<'_>, port: u16, ip: Option<Ipv4Addr>) -> Vec<u64> {
         ]);
     }
     p.extend([
-        insn(0x61, 2, 6, 16, 0),               // r2 = ctx->rx_queue_index
-        insn(0x18, 1, 1, 0, map.as_raw_fd()),  // r1 = the map (64-bit load, two slots)
-        insn(0, 0, 0, 0, 0),                   //
-        insn(0xb7, 3, 0, 0, 2),                // r3 = XDP_PASS when the queue has no socket
-        insn(0x85, 0, 0, 0, 51),               // r0 = bpf_redirect_map(r1, r2, r3)
-        insn(0x95, 0, 0, 0, 0),                // return r0
-        insn(0xb7, 0, 0, 0, 2),                // pass: r0 = XDP_PASS
-        insn(0x95, 0, 0, 0, 0),                // return r0
+        insn(0x61, 2, 6, 16, 0),              // r2 = ctx->rx_queue_index
+        insn(0x18, 1, 1, 0, map.as_raw_fd()), // r1 = the map (64-bit load, two slots)
+        insn(0, 0, 0, 0, 0),                  //
+        insn(0xb7, 3, 0, 0, 2),               // r3 = XDP_PASS when the queue has no socket
+        insn(0x85, 0, 0, 0, 51),              // r0 = bpf_redirect_map(r1, r2, r3)
+        insn(0x95, 0, 0, 0, 0),               // return r0
+        insn(0xb7, 0, 0, 0, 2),               // pass: r0 = XDP_PASS
+        insn(0x95, 0, 0, 0, 0),               // return r0
     ]);
     let pass = p.len() as i16 - 2;
     for (i, x) in p.iter_mut().enumerate() {
