@@ -37,6 +37,12 @@
 //! Nothing allocates after [`RtSocket::open`]: the send pool, queues, fragment headers,
 //! reassembly slots, peer tables and the kernel message arrays are all sized there
 //! ([`RtSocket::memory`] says how much).
+//!
+//! With [`RtConfig::xdp_interface`] the socket also has an AF_XDP path on that interface
+//! (module `path`): datagrams for its port arriving on the interface's queue 0 come as
+//! frames past the kernel's IP and UDP stack, and a datagram sent alone to a peer heard
+//! from that way leaves as a frame; the kernel socket carries the rest. The calling
+//! protocol is the same. [`RtStats::xdp`] counts frames, malformed ones among them.
 
 mod path;
 mod recv;

@@ -8,6 +8,9 @@
 //!
 //! Paths: a veth pair (no rate limit: host costs), or the link emulator at 100 Mbit/s or
 //! 1 Gbit/s (`netem100`, `netem1g`).
+//!
+//! `--xdp` gives the client's real-time socket and the echo server's an AF_XDP path on
+//! their veth ends (`RtConfig::xdp_interface`).
 
 use clap::Args;
 use serde::Serialize;
