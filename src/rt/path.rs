@@ -253,18 +253,15 @@ impl Path {
         let bound = Some(*local.ip()).filter(|ip| !ip.is_unspecified());
         let xsk = Xsk::open(ifindex, local.port(), bound)?;
         let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
-        epoll::add(
-            &ep,
-            xsk.fd(),
-            epoll::EventData::new_u64(0),
-            epoll::EventFlags::IN,
-        )?;
-        epoll::add(
-            &ep,
-            udp.fd(),
-            epoll::EventData::new_u64(1),
-            epoll::EventFlags::IN,
-        )?;
+        // Event data 0: frames; 1: the kernel socket.
+        for (k, fd) in [xsk.fd(), udp.fd()].into_iter().enumerate() {
+            epoll::add(
+                &ep,
+                fd,
+                epoll::EventData::new_u64(k as u64),
+                epoll::EventFlags::IN,
+            )?;
+        }
         let xdp = Xdp {
             xsk,
             port: local.port(),
