@@ -116,3 +116,74 @@ fn ping_refuses_what_it_cannot_do() {
         assert!(text(&out.stderr).contains(says), "{}", text(&out.stderr));
     }
 }
+
+#[test]
+fn ping_and_pong_over_af_xdp_between_two_namespaces() {
+    if !common::root_test("ping_and_pong_over_af_xdp_between_two_namespaces") {
+        return;
+    }
+    let pair = slipstream::netem::netns::VethPair::create(1500).unwrap();
+    let at = format!("{}:7400", pair.addr_b);
+    let pong = Proc::spawn(
+        "rt pong --xdp",
+        Command::new("ip")
+            .args(["netns", "exec", &pair.ns_b, BIN, "rt", "pong", &at])
+            .args(["--xdp", &pair.dev_b, "--seconds", "60", "--quiet"]),
+    );
+    let ping = |extra: &[&str]| {
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &pair.ns_a,
+                BIN,
+                "rt",
+                "ping",
+                &at,
+                "--xdp",
+                &pair.dev_a,
+            ])
+            .args(["--json", "--quiet"])
+            .args(extra)
+            .output()
+            .unwrap();
+        let stdout = text(&out.stdout);
+        let v: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
+            .unwrap_or_else(|e| panic!("{e}: {stdout}\n{}", text(&out.stderr)));
+        (out, v)
+    };
+    // Until the pong answers.
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (out, v) = ping(&["--count", "1", "--timeout", "200"]);
+        if out.status.success() {
+            break;
+        }
+        assert!(Instant::now() < end, "the pong never answered: {v}");
+    }
+    // Messages of one datagram, then of three fragments (which leave through the kernel's
+    // GSO and still arrive as frames).
+    for (args, one_datagram) in [
+        (&["--count", "1000"][..], true),
+        (&["--count", "500", "--size", "3000"][..], false),
+    ] {
+        let (out, v) = ping(args);
+        assert!(out.status.success(), "{args:?}: {v}\n{}", text(&out.stderr));
+        assert_eq!(v["lost"], 0, "{v}");
+        let (sent, x) = (v["sent"].as_u64().unwrap(), &v["xdp"]);
+        assert!(x["frames_received"].as_u64().unwrap() >= sent, "{v}");
+        if one_datagram {
+            // All but the first, sent before the pong's address was learned.
+            assert!(x["frames_sent"].as_u64().unwrap() >= sent - 1, "{v}");
+        }
+        assert_eq!(x["malformed"], 0, "{v}");
+    }
+    pong.signal(15);
+    let out = pong.finish(Duration::from_secs(10)).unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("; AF_XDP: "),
+        "{}",
+        text(&out.stdout)
+    );
+}

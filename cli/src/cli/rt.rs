@@ -44,6 +44,10 @@ pub enum RtCmd {
         /// that holds a CPU; for a host with a CPU to spare).
         #[arg(long, value_name = "US", default_value_t = 0)]
         spin: u64,
+        /// Send and receive past the kernel's UDP stack with AF_XDP on this interface (as
+        /// root; IPv4; one such socket an interface; see docs/rt.md).
+        #[arg(long, value_name = "IFACE")]
+        xdp: Option<String>,
         /// No line a second.
         #[arg(long, short)]
         quiet: bool,
@@ -78,6 +82,10 @@ pub enum RtCmd {
         /// Look for answers without sleeping for this long before each wait.
         #[arg(long, value_name = "US", default_value_t = 0)]
         spin: u64,
+        /// Send and receive past the kernel's UDP stack with AF_XDP on this interface (as
+        /// root; IPv4; one such socket an interface; see docs/rt.md).
+        #[arg(long, value_name = "IFACE")]
+        xdp: Option<String>,
         /// The summary as one JSON object.
         #[arg(long)]
         json: bool,
@@ -104,8 +112,14 @@ pub fn run(cmd: RtCmd) -> Result<(), String> {
             seconds,
             max_message,
             spin,
+            xdp,
             quiet,
-        } => pong(addr, seconds, config(max_message, spin), quiet),
+        } => pong(
+            addr,
+            seconds,
+            config(max_message, spin, xdp.as_deref())?,
+            quiet,
+        ),
         RtCmd::Ping {
             dst,
             size,
@@ -115,6 +129,7 @@ pub fn run(cmd: RtCmd) -> Result<(), String> {
             deadline,
             max_message,
             spin,
+            xdp,
             json,
             quiet,
         } => {
@@ -144,7 +159,7 @@ pub fn run(cmd: RtCmd) -> Result<(), String> {
                 deadline: deadline.map(Duration::from_micros),
                 quiet,
             };
-            let s = ping(dst, &opts, config(max_message, spin))?;
+            let s = ping(dst, &opts, config(max_message, spin, xdp.as_deref())?)?;
             if json {
                 println!("{}", serde_json::to_string(&s).map_err(|e| e.to_string())?);
             } else {
@@ -168,16 +183,35 @@ pub fn run(cmd: RtCmd) -> Result<(), String> {
 const RESERVED: usize = 32;
 
 /// Real-time sockets for ping and pong: no smoother (they send one class, as the
-/// application schedules), messages up to `max_message`.
-fn config(max_message: usize, spin: u64) -> RtConfig {
-    RtConfig {
+/// application schedules), messages up to `max_message`, AF_XDP on interface `xdp` if
+/// given.
+fn config(max_message: usize, spin: u64, xdp: Option<&str>) -> Result<RtConfig, String> {
+    let xdp_interface = match xdp {
+        Some(name) => {
+            Some(slipstream::rt::interface_index(name).map_err(|e| format!("--xdp {name}: {e}"))?)
+        }
+        None => None,
+    };
+    Ok(RtConfig {
         max_message,
         buffers: 128,
         rt_queue: 128,
         smoother: None,
         spin: Duration::from_micros(spin),
+        xdp_interface,
         ..RtConfig::default()
-    }
+    })
+}
+
+/// What the AF_XDP path counted, for the summaries ("" without one).
+fn xdp_line(xdp: Option<slipstream::rt::XdpStats>) -> String {
+    xdp.map_or(String::new(), |x| {
+        format!(
+            "; AF_XDP: {} frames sent, {} received, {} datagrams through the kernel, {} \
+             frames malformed",
+            x.frames_sent, x.frames_received, x.kernel_sends, x.malformed
+        )
+    })
 }
 
 fn open(addr: SocketAddr, cfg: RtConfig) -> Result<RtSocket, String> {
@@ -238,8 +272,9 @@ fn pong(addr: SocketAddr, seconds: Option<f64>, cfg: RtConfig, quiet: bool) -> R
     let st = sock.stats();
     println!(
         "rt pong: {answered} messages answered, {refused} refused (queue or pool full), {late} \
-         late on arrival; {} fragments dropped incomplete or malformed",
-        st.reassembly.refused() + st.reassembly.expired
+         late on arrival; {} fragments dropped incomplete or malformed{}",
+        st.reassembly.refused() + st.reassembly.expired,
+        xdp_line(st.xdp)
     );
     Ok(())
 }
@@ -271,6 +306,9 @@ pub struct PingSummary {
     pub rtt_p999_us: f64,
     pub rtt_max_us: f64,
     pub seconds: f64,
+    /// The AF_XDP path's counts, if the socket had one (`--xdp`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub xdp: Option<slipstream::rt::XdpStats>,
 }
 
 impl PingSummary {
@@ -286,7 +324,7 @@ impl PingSummary {
         };
         format!(
             "rt ping: {} messages of {} B in {:.2} s: {} answered, {} lost ({} answered too \
-             late), {} duplicates; {rtt}",
+             late), {} duplicates; {rtt}{}",
             self.sent,
             self.size,
             self.seconds,
@@ -294,6 +332,7 @@ impl PingSummary {
             self.lost,
             self.late_answers,
             self.duplicates,
+            xdp_line(self.xdp),
         )
     }
 }
@@ -450,6 +489,7 @@ fn ping(dst: SocketAddr, o: &PingOpts, cfg: RtConfig) -> Result<PingSummary, Str
         rtt_p999_us: quantile_us(&mut rtts, 0.999),
         rtt_max_us: quantile_us(&mut rtts, 1.0),
         seconds,
+        xdp: sock.stats().xdp,
     })
 }
 
