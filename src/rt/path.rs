@@ -113,7 +113,11 @@ impl Xdp {
                     if f.dst.port() == self.port && self.bound.is_none_or(|b| b == *f.dst.ip()) =>
                 {
                     self.stats.unchecked += u64::from(f.unchecked);
-                    learn(&mut self.peers, self.max_peers, self.tick, &f);
+                    // Only a frame sent to this interface's own address teaches where its
+                    // sender is: a broadcast's destination is no source to answer from.
+                    if f.dst_mac == self.xsk.mac() {
+                        learn(&mut self.peers, self.max_peers, self.tick, &f);
+                    }
                     self.metas.push(RxMeta {
                         src: SocketAddr::V4(f.src),
                         part: i,
