@@ -1,6 +1,7 @@
 //! Linux system interfaces the portable standard library does not reach: batched and
 //! segmentation-offloaded UDP (`sendmmsg`/`recvmmsg`, UDP_SEGMENT/UDP_GRO), MSG_ZEROCOPY
-//! completions from the socket error queue, io_uring, TUN devices, and mapped files.
+//! completions from the socket error queue, io_uring, TUN devices, AF_XDP sockets with their
+//! XDP program, and mapped files.
 //!
 //! This is the only place in the crate allowed `unsafe`; every block states why it is sound
 //! in a `// SAFETY:` comment. Everything above it sees safe types.
