@@ -14,7 +14,7 @@
 
 use crate::datapath::{Datapath, RxBatch, RxMeta, RxParts, TxGather};
 use crate::sys::mmsg::{Mark, Mmsg};
-use crate::sys::xdp::{Xsk, FRAME, RX_FRAMES};
+use crate::sys::xdp::{Xsk, FRAME};
 use rustix::event::epoll;
 use rustix::event::Timespec;
 use serde::Serialize;
@@ -72,8 +72,8 @@ struct Xdp {
     peers: Vec<Peer>,
     max_peers: usize,
     tick: u64,
-    /// Frames with the caller since the last receive.
-    taken: Vec<(u64, u32)>,
+    /// Frames the AF_XDP socket holds from the last receive (`metas` point into them).
+    held: usize,
     metas: Vec<RxMeta>,
     tos: u8,
     spins: u32,
@@ -84,8 +84,7 @@ struct Xdp {
 
 impl RxParts for Xdp {
     fn part(&self, i: usize) -> Option<&[u8]> {
-        let &(addr, len) = self.taken.get(i)?;
-        Some(self.xsk.frame(addr, len))
+        self.xsk.frame(i)
     }
 }
 
@@ -97,18 +96,17 @@ impl Xdp {
         self.peers.iter().position(|p| p.addr == dst)
     }
 
-    /// Gives back the frames taken last time and takes those on the ring into
-    /// `taken`/`metas`, learning their senders.
+    /// Gives back the frames held from last time and takes those on the ring (their
+    /// datagrams into `metas`), learning their senders.
     fn take(&mut self) {
-        for &(addr, _) in &self.taken {
-            self.xsk.release(addr);
-        }
-        self.taken.clear();
         self.metas.clear();
-        self.xsk.recv(&mut self.taken, RX_BATCH);
+        self.held = self.xsk.recv(RX_BATCH);
         self.tick += 1;
-        for (i, &(addr, len)) in self.taken.iter().enumerate() {
-            match Frame::parse(self.xsk.frame(addr, len)) {
+        for i in 0..self.held {
+            let Some(bytes) = self.xsk.frame(i) else {
+                break;
+            };
+            match Frame::parse(bytes) {
                 Ok(f)
                     if f.dst.port() == self.port && self.bound.is_none_or(|b| b == *f.dst.ip()) =>
                 {
@@ -131,7 +129,7 @@ impl Xdp {
                 Err(_) => self.stats.malformed += 1,
             }
         }
-        self.stats.frames_received += self.taken.len() as u64;
+        self.stats.frames_received += self.held as u64;
     }
 
     /// The learned peer datagram `i` of `d` goes to as a frame, if it goes as one: a
@@ -158,10 +156,6 @@ impl Xdp {
             let Some(k) = self.frame_peer(d, i) else {
                 break;
             };
-            let Some((addr, buf)) = self.xsk.tx_frame() else {
-                self.stats.frames_short += 1;
-                break;
-            };
             let p = &mut self.peers[k];
             p.used = self.tick;
             let f = Frame {
@@ -173,13 +167,22 @@ impl Xdp {
                 payload_len: 0,
                 unchecked: false,
             };
-            let Some(len) = f.emit(buf, &[head, tail]) else {
-                self.xsk.tx_unused(addr);
+            let mut written = false;
+            let free = self.xsk.send_with(|buf| {
+                let len = f.emit(buf, &[head, tail])?;
+                buf.get_mut(HEADERS_LEN..HEADERS_LEN + head.len())?
+                    .copy_from_slice(head);
+                buf.get_mut(HEADERS_LEN + head.len()..len)?
+                    .copy_from_slice(tail);
+                written = true;
+                Some(len)
+            });
+            if !free {
+                self.stats.frames_short += 1;
+            }
+            if !written {
                 break;
-            };
-            buf[HEADERS_LEN..HEADERS_LEN + head.len()].copy_from_slice(head);
-            buf[HEADERS_LEN + head.len()..len].copy_from_slice(tail);
-            self.xsk.tx_push(addr, len);
+            }
             i += 1;
         }
         if i > from {
@@ -273,7 +276,7 @@ impl Path {
             peers: Vec::with_capacity(peers),
             max_peers: peers.max(1),
             tick: 0,
-            taken: Vec::with_capacity(RX_FRAMES),
+            held: 0,
             metas: Vec::with_capacity(RX_BATCH),
             tos: 0,
             spins: 0,
@@ -349,7 +352,7 @@ impl Path {
             x.xsk.kick()?;
         }
         x.take();
-        let from = if !x.taken.is_empty() {
+        let from = if x.held > 0 {
             From::Frames
         } else if wait.is_zero() {
             x.spins = x.spins.wrapping_add(1);
@@ -384,7 +387,7 @@ impl Path {
             if frames {
                 x.take();
             }
-            if !x.taken.is_empty() {
+            if x.held > 0 {
                 From::Frames
             } else if kernel {
                 From::Kernel

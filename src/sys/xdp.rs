@@ -9,11 +9,12 @@
 //! port arriving on that queue (not fragments, not IP options) and passes everything else to
 //! the kernel. Dropping the `Xsk` detaches the program and frees it all.
 //!
-//! Calling protocol: [`Xsk::recv`] takes what the kernel put on the receive ring; each frame
-//! taken is the caller's until it gives it back with [`Xsk::release`]. To send, take a frame
-//! with [`Xsk::tx_frame`], write it, queue it with [`Xsk::tx_push`], and [`Xsk::kick`] once
-//! for all queued (in copy mode the kernel sends only inside that call). Frames sent come
-//! back to the free list by themselves.
+//! Calling protocol: [`Xsk::recv`] takes what the kernel put on the receive ring and holds
+//! it, readable with [`Xsk::frame`], until the next `recv` gives it back. To send, write a
+//! free frame in [`Xsk::send_with`]'s closure, and [`Xsk::kick`] once for all queued (in
+//! copy mode the kernel sends only inside that call). Frames sent come back to the free
+//! list by themselves. No frame's address leaves the `Xsk`, so none can be handed back
+//! twice or read while the kernel owns it.
 
 use std::io;
 use std::net::Ipv4Addr;
@@ -217,6 +218,8 @@ pub(crate) struct Xsk {
     sock: OwnedFd,
     umem: *mut u8,
     tx_free: Vec<u64>,
+    /// Receive frames taken from the ring, the process's until the next `recv`.
+    held: Vec<(u64, u32)>,
     mac: [u8; 6],
     stats: XskStats,
 }
@@ -418,6 +421,7 @@ impl Xsk {
             tx_free: (RX_FRAMES..RX_FRAMES + TX_FRAMES)
                 .map(|i| (i * FRAME) as u64)
                 .collect(),
+            held: Vec::with_capacity(RX_FRAMES),
             mac: mac_of(ifindex)?,
             stats: XskStats::default(),
         };
@@ -447,12 +451,19 @@ impl Xsk {
         UMEM_LEN
     }
 
-    /// Takes up to `max` frames from the receive ring into `out` (address, length), which
-    /// are the caller's until [`Self::release`].
-    pub(crate) fn recv(&mut self, out: &mut Vec<(u64, u32)>, max: usize) {
+    /// Gives the frames held since the last call back to the kernel, then takes up to
+    /// `max` (at most [`RX_FRAMES`]) from the receive ring and holds them until the next
+    /// call: [`Self::frame`] reads them. Returns how many it holds.
+    pub(crate) fn recv(&mut self, max: usize) -> usize {
+        let held = std::mem::take(&mut self.held);
+        for &(addr, _) in &held {
+            self.release(addr);
+        }
+        self.held = held;
+        self.held.clear();
         let cons = self.rx.cons().load(Ordering::Relaxed);
         let prod = self.rx.prod().load(Ordering::Acquire);
-        let n = prod.wrapping_sub(cons).min(max as u32);
+        let n = prod.wrapping_sub(cons).min(max.min(RX_FRAMES) as u32);
         for i in 0..n {
             // SAFETY: entries between the consumer and the producer index are written by the
             // kernel before it publishes the producer (acquired above); the pointer is within
@@ -461,7 +472,7 @@ impl Xsk {
                 unsafe { self.rx.entry::<libc::xdp_desc>(cons.wrapping_add(i)).read() };
             let end = d.addr.checked_add(u64::from(d.len));
             if end.is_some_and(|e| e <= (RX_FRAMES * FRAME) as u64) {
-                out.push((d.addr, d.len));
+                self.held.push((d.addr, d.len));
             } else {
                 self.stats.bad_descriptors += 1;
             }
@@ -470,20 +481,20 @@ impl Xsk {
             .cons()
             .store(cons.wrapping_add(n), Ordering::Release);
         self.stats.received += u64::from(n);
+        self.held.len()
     }
 
-    /// The bytes of a received frame (address and length from [`Self::recv`]).
-    pub(crate) fn frame(&self, addr: u64, len: u32) -> &[u8] {
-        let start = (addr as usize).min(RX_FRAMES * FRAME);
-        let len = (len as usize).min(RX_FRAMES * FRAME - start);
-        // SAFETY: within the receive half of the UMEM (clamped above); a frame taken from the
-        // receive ring is not written by the kernel until it is released to the fill ring,
-        // which needs `&mut self`, so it cannot happen while the slice lives.
-        unsafe { std::slice::from_raw_parts(self.umem.add(start), len) }
+    /// The bytes of held frame `i` (of the last [`Self::recv`]).
+    pub(crate) fn frame(&self, i: usize) -> Option<&[u8]> {
+        let &(addr, len) = self.held.get(i)?;
+        // SAFETY: `recv` held only descriptors within the receive half of the UMEM; the
+        // kernel writes a frame only from the fill ring, and a held frame goes back there
+        // only in the next `recv`, which needs `&mut self`: not while this slice lives.
+        Some(unsafe { std::slice::from_raw_parts(self.umem.add(addr as usize), len as usize) })
     }
 
-    /// Gives a received frame back to the kernel for receiving.
-    pub(crate) fn release(&mut self, addr: u64) {
+    /// Gives a receive frame back to the kernel (only `open` and `recv`: each frame once).
+    fn release(&mut self, addr: u64) {
         let prod = self.fill.prod().load(Ordering::Relaxed);
         // SAFETY: the fill ring has room for every receive frame (RING >= RX_FRAMES) and this
         // frame is not on it; the pointer is within the mapped ring.
@@ -497,25 +508,24 @@ impl Xsk {
             .store(prod.wrapping_add(1), Ordering::Release);
     }
 
-    /// A free frame to send from (address and its bytes), if any.
-    pub(crate) fn tx_frame(&mut self) -> Option<(u64, &mut [u8])> {
+    /// Takes a free send frame and lets `write` fill it: `Some(len)` queues its first `len`
+    /// bytes for sending (see [`Self::kick`]), `None` puts the frame back. Returns false
+    /// when no frame was free.
+    pub(crate) fn send_with(&mut self, write: impl FnOnce(&mut [u8]) -> Option<usize>) -> bool {
         if self.tx_free.is_empty() {
             self.reap();
         }
-        let addr = self.tx_free.pop()?;
+        let Some(addr) = self.tx_free.pop() else {
+            return false;
+        };
         // SAFETY: a send frame on the free list is owned by the process alone (the kernel
-        // has it only between `tx_push` and its completion); within the UMEM's send half.
+        // has it only between being queued here and its completion, when `reap` puts it
+        // back); within the UMEM's send half. The slice ends with the closure.
         let bytes = unsafe { std::slice::from_raw_parts_mut(self.umem.add(addr as usize), FRAME) };
-        Some((addr, bytes))
-    }
-
-    /// Puts back a frame from [`Self::tx_frame`] that was not pushed.
-    pub(crate) fn tx_unused(&mut self, addr: u64) {
-        self.tx_free.push(addr);
-    }
-
-    /// Queues the frame at `addr` (from [`Self::tx_frame`]), `len` bytes, for sending.
-    pub(crate) fn tx_push(&mut self, addr: u64, len: usize) {
+        let Some(len) = write(bytes) else {
+            self.tx_free.push(addr);
+            return true;
+        };
         let prod = self.tx.prod().load(Ordering::Relaxed);
         let d = libc::xdp_desc {
             addr,
@@ -529,6 +539,7 @@ impl Xsk {
             .prod()
             .store(prod.wrapping_add(1), Ordering::Release);
         self.stats.sent += 1;
+        true
     }
 
     /// Makes the kernel send what is queued.
@@ -648,7 +659,7 @@ mod tests {
     #[test]
     fn the_program_jumps_to_pass_and_loads_the_port_in_memory_order() {
         // No kernel needed: the shape of the program.
-        // SAFETY (test): a descriptor number never used, only read as a number.
+        // SAFETY: a descriptor number never used, only read as a number (no I/O on it).
         let fake = unsafe { BorrowedFd::borrow_raw(1000) };
         for ip in [None, Some(Ipv4Addr::new(10, 0, 0, 200))] {
             let p = program(fake, 0x1f4d, ip);
