@@ -142,10 +142,18 @@ fn messages_of_every_size_cross_with_and_without_af_xdp_on_the_far_side() {
                 counting::start(true);
             }
             for dst in [xdp_at, kernel_at] {
+                let before = sock.stats().xdp.expect("AF_XDP");
                 for size in sizes {
                     for _ in 0..3 {
                         round_trip(&mut sock, dst, size, n, &mut want);
                         n += 1;
+                    }
+                    if size == 1 && dst == kernel_at && !count {
+                        // Never heard from on this port, but its host was (the other
+                        // server's frames): the first messages already left as frames.
+                        let now = sock.stats().xdp.expect("AF_XDP");
+                        assert_eq!(now.kernel_sends, before.kernel_sends, "{now:?}");
+                        assert_eq!(now.frames_sent, before.frames_sent + 3, "{now:?}");
                     }
                 }
             }

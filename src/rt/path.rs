@@ -5,11 +5,11 @@
 //! With AF_XDP, datagrams for the socket's port that arrive on the interface's queue 0 reach
 //! it as frames, past the kernel's IP and UDP stack; everything else (other queues, other
 //! interfaces) still comes through the UDP socket, which keeps the port. Sending needs the
-//! peer's hardware address, which this path does not look up: it learns it from the frames
-//! a peer's datagrams arrive in (the address they came from, which for a peer beyond a
-//! router is the router's, as a reply needs), for up to [`super::RtConfig::peers`] peers,
-//! the least recently heard forgotten first. Datagrams to a peer not heard from that way
-//! go through the kernel, which resolves it. A frame that does not parse as IPv4 UDP with
+//! next hop's hardware address, which this path does not look up: it learns it, per host
+//! address, from the frames a host's datagrams arrive in (the address they came from, which
+//! for a host beyond a router is the router's, as a reply needs), for up to
+//! [`super::RtConfig::peers`] hosts, the least recently heard forgotten first. Datagrams to
+//! a host not heard from that way go through the kernel, which resolves it. A frame that does not parse as IPv4 UDP with
 //! correct lengths and checksums is dropped and counted.
 
 use crate::datapath::{Datapath, RxBatch, RxMeta, RxParts, TxGather};
@@ -20,7 +20,7 @@ use rustix::event::Timespec;
 use serde::Serialize;
 use slipstream_proto::rt::frame::{Frame, HEADERS_LEN};
 use std::io;
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
@@ -52,10 +52,13 @@ pub struct XdpStats {
     pub frames_short: u64,
 }
 
-/// A peer whose datagrams arrived as frames: where to send it frames.
+/// A host whose datagrams arrived as frames: where to send it frames. The hardware
+/// address is the next hop's toward the host's address, whatever the port, so a host is
+/// learned by its address alone: a socket heard from teaches the way to its neighbours
+/// on the same host.
 #[derive(Debug, Clone, Copy)]
 struct Peer {
-    addr: SocketAddrV4,
+    host: Ipv4Addr,
     mac: [u8; 6],
     /// Our address it sent to.
     local: Ipv4Addr,
@@ -93,7 +96,7 @@ impl Xdp {
         let SocketAddr::V4(dst) = dst else {
             return None;
         };
-        self.peers.iter().position(|p| p.addr == dst)
+        self.peers.iter().position(|p| p.host == *dst.ip())
     }
 
     /// Gives back the frames held from last time and takes those on the ring (their
@@ -152,8 +155,8 @@ impl Xdp {
         let mac = self.xsk.mac();
         let mut i = from;
         while i < d.len() {
-            let (_, head, tail) = d.get(i);
-            let Some(k) = self.frame_peer(d, i) else {
+            let (dst, head, tail) = d.get(i);
+            let (Some(k), SocketAddr::V4(dst)) = (self.frame_peer(d, i), dst) else {
                 break;
             };
             let p = &mut self.peers[k];
@@ -162,7 +165,7 @@ impl Xdp {
                 src_mac: mac,
                 dst_mac: p.mac,
                 src: SocketAddrV4::new(p.local, self.port),
-                dst: p.addr,
+                dst,
                 tos: self.tos,
                 payload_len: 0,
                 unchecked: false,
@@ -197,12 +200,12 @@ impl Xdp {
 /// used goes first).
 fn learn(peers: &mut Vec<Peer>, max: usize, tick: u64, f: &Frame) {
     let entry = Peer {
-        addr: f.src,
+        host: *f.src.ip(),
         mac: f.src_mac,
         local: *f.dst.ip(),
         used: tick,
     };
-    if let Some(p) = peers.iter_mut().find(|p| p.addr == f.src) {
+    if let Some(p) = peers.iter_mut().find(|p| p.host == *f.src.ip()) {
         *p = entry;
     } else if peers.len() < max {
         peers.push(entry);
@@ -402,12 +405,12 @@ impl Path {
             },
             From::Kernel => {
                 let batch = self.udp.recv(Some(Duration::ZERO))?;
-                // A peer heard through the kernel comes another way than frames on this
+                // A host heard through the kernel comes another way than frames on this
                 // queue (another interface, queue or route): its learned address may be
                 // stale, and the kernel knows the way back.
                 if let Some(x) = &mut self.xdp {
                     for (src, _) in batch.iter() {
-                        x.peers.retain(|p| SocketAddr::V4(p.addr) != src);
+                        x.peers.retain(|p| IpAddr::V4(p.host) != src.ip());
                     }
                 }
                 Ok(batch)
