@@ -80,6 +80,8 @@ struct Xdp {
     metas: Vec<RxMeta>,
     tos: u8,
     spins: u32,
+    /// How long a wait with no precise timer due lasts ([`Path::slice`]).
+    slice: Duration,
     /// Both sockets, to wait on (an epoll set: nothing to register per wait).
     epoll: OwnedFd,
     stats: XdpStats,
@@ -252,8 +254,14 @@ impl Path {
     }
 
     /// The kernel socket `udp` (IPv4, bound) and an AF_XDP socket on interface `ifindex`
-    /// for its port, learning up to `peers` peers.
-    pub(crate) fn with_xdp(udp: Mmsg, ifindex: u32, peers: usize) -> io::Result<Path> {
+    /// for its port, learning up to `peers` hosts; waits with nothing precise due last
+    /// `slice`.
+    pub(crate) fn with_xdp(
+        udp: Mmsg,
+        ifindex: u32,
+        peers: usize,
+        slice: Duration,
+    ) -> io::Result<Path> {
         let SocketAddr::V4(local) = udp.local_addr()? else {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -283,6 +291,7 @@ impl Path {
             metas: Vec::with_capacity(RX_BATCH),
             tos: 0,
             spins: 0,
+            slice,
             epoll: ep,
             stats: XdpStats::default(),
         };
@@ -338,8 +347,21 @@ impl Path {
         Ok(i)
     }
 
-    /// One receive: a blocking one in the kernel begun at `sliced` if given (the kernel
-    /// socket only; never with AF_XDP), else waiting up to `wait`. AF_XDP frames first.
+    /// How long a wait lasts when no timer that must be on time is due within it plus a
+    /// kernel tick, if waits are cut so ([`Self::recv`] with `sliced`): the kernel socket's
+    /// SO_RCVTIMEO, or with AF_XDP an `epoll_wait` that long. A wait of a fixed length of
+    /// at least a tick ends after the CPU's next tick, so arming its timer does not
+    /// reprogram the CPU's timer device, which a virtual machine pays dearly for (a trap to
+    /// the hypervisor); waits cut at each report's time did, twice a message.
+    pub(crate) fn slice(&self) -> Option<Duration> {
+        match &self.xdp {
+            Some(x) => Some(x.slice),
+            None => self.udp.slice(),
+        }
+    }
+
+    /// One receive: a blocking one begun at `sliced` if given, for [`Self::slice`], else
+    /// waiting up to `wait`. AF_XDP frames first.
     pub(crate) fn recv(
         &mut self,
         sliced: Option<Instant>,
@@ -365,6 +387,7 @@ impl Path {
                 From::Nothing
             }
         } else {
+            let wait = if sliced.is_some() { x.slice } else { wait };
             // Longer than a day: no timeout (a Duration past i64 seconds is none either).
             let ts = (wait < Duration::from_secs(86_400)).then(|| Timespec {
                 tv_sec: wait.as_secs() as _,
