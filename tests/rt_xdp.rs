@@ -318,3 +318,91 @@ fn frames_that_are_not_proper_udp_are_counted_and_dropped() {
     assert_eq!(x.malformed, 4, "{x:?}");
     assert_eq!(x.frames_received, 5, "{x:?}");
 }
+
+#[test]
+fn a_short_wait_with_af_xdp_ends_on_time_not_on_a_millisecond() {
+    if !may_run("a_short_wait_with_af_xdp_ends_on_time_not_on_a_millisecond") {
+        return;
+    }
+    let pair = VethPair::create(1500).unwrap();
+    let (ns_a, dev_a, addr_a) = (pair.ns_a.clone(), pair.dev_a.clone(), pair.addr_a);
+    let took = std::thread::spawn(move || {
+        netns::enter(&ns_a).unwrap();
+        let mut sock = RtSocket::open(SocketAddr::from((addr_a, 0)), config(Some(&dev_a))).unwrap();
+        // Polls of 100 µs with nothing arriving: each must end near its timeout. A wait
+        // counted in milliseconds (epoll_pwait) ends after 1 ms at the least.
+        let mut took: Vec<Duration> = (0..200)
+            .map(|_| {
+                let t = Instant::now();
+                sock.poll(Duration::from_micros(100), |_| {}).unwrap();
+                t.elapsed()
+            })
+            .collect();
+        took.sort_unstable();
+        took
+    })
+    .join()
+    .unwrap();
+    let median = took[took.len() / 2];
+    eprintln!(
+        "polls of 100 us took: median {median:?}, max {:?}",
+        took[took.len() - 1]
+    );
+    assert!(median < Duration::from_micros(600), "median {median:?}");
+}
+
+#[test]
+fn what_the_kernel_drops_for_a_stalled_socket_is_counted() {
+    if !may_run("what_the_kernel_drops_for_a_stalled_socket_is_counted") {
+        return;
+    }
+    const SENT: u64 = 3_000;
+    let pair = VethPair::create(1500).unwrap();
+    let at = SocketAddr::from((pair.addr_b, 7302));
+    let (ns_b, dev_b) = (pair.ns_b.clone(), pair.dev_b.clone());
+    let (up_tx, up) = std::sync::mpsc::channel();
+    let (sent_tx, sent) = std::sync::mpsc::channel::<()>();
+    let server = std::thread::spawn(move || {
+        netns::enter(&ns_b).unwrap();
+        let mut sock = RtSocket::open(at, config(Some(&dev_b))).unwrap();
+        up_tx.send(()).unwrap();
+        // Stalled: nothing is taken until the client has sent everything.
+        sent.recv().unwrap();
+        let mut got = 0u64;
+        let mut idle = 0;
+        while idle < 20 {
+            let n = sock.poll(Duration::from_millis(5), |_| got += 1).unwrap();
+            idle = if n == 0 { idle + 1 } else { 0 };
+        }
+        (got, sock.stats())
+    });
+    up.recv().unwrap();
+    let ns_a = pair.ns_a.clone();
+    let addr_a = pair.addr_a;
+    std::thread::spawn(move || {
+        netns::enter(&ns_a).unwrap();
+        let mut sock = RtSocket::open(SocketAddr::from((addr_a, 0)), config(None)).unwrap();
+        for _ in 0..SENT {
+            let buf = loop {
+                if let Some(b) = sock.claim() {
+                    break b;
+                }
+                sock.poll(Duration::from_millis(1), |_| {}).unwrap();
+            };
+            sock.send(buf, 1, at, Class::Rt, None).unwrap();
+        }
+        assert_eq!(sock.stats().rt_sent, SENT);
+    })
+    .join()
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    sent_tx.send(()).unwrap();
+    let (got, stats) = server.join().unwrap();
+    let x = stats.xdp.expect("AF_XDP");
+    eprintln!("delivered {got}; {x:?}");
+    let dropped = x.kernel_dropped + x.kernel_ring_full;
+    // More than the receive frames hold was sent: the rest was dropped by the kernel, and
+    // every message is either delivered or counted so.
+    assert!(dropped >= SENT - 2_048 - 64, "{x:?}");
+    assert_eq!(got + dropped, SENT, "{x:?}");
+}

@@ -23,12 +23,17 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Bytes of a frame in the UMEM (a page: the largest chunk copy mode takes).
 pub(crate) const FRAME: usize = 4096;
-/// Frames for receiving (all on the fill ring or with the caller).
-pub(crate) const RX_FRAMES: usize = 256;
+/// Frames for receiving (all on the fill ring or with the caller): what arrives while the
+/// application does not look waits in them, so they hold a stall of about 200 ms of small
+/// messages at 10,000 a second (the kernel socket's buffer holds more; past either, the
+/// kernel drops and counts, [`Xsk::kernel_drops`]).
+pub(crate) const RX_FRAMES: usize = 2048;
 /// Frames for sending.
 pub(crate) const TX_FRAMES: usize = 256;
-/// Entries of each ring (a power of two, at least the frames that may be on it).
-const RING: u32 = 256;
+/// Entries of the fill and receive rings, and of the send and completion rings (powers of
+/// two, at least the frames that may be on them).
+const RX_RING: u32 = RX_FRAMES as u32;
+const TX_RING: u32 = TX_FRAMES as u32;
 
 /// The `bpf(2)` commands and constants used here (linux/bpf.h).
 const BPF_MAP_CREATE: libc::c_long = 0;
@@ -130,17 +135,19 @@ struct Ring {
     prod: *const AtomicU32,
     cons: *const AtomicU32,
     desc: *mut u8,
+    /// Entries (a power of two).
+    size: u32,
 }
 
 impl Ring {
-    /// Maps the ring of `fd` at page offset `pgoff` with entries of `elem` bytes.
+    /// Maps the ring of `fd` at page offset `pgoff`, of `size` entries of `elem` bytes.
     fn map(
         fd: BorrowedFd<'_>,
         off: &libc::xdp_ring_offset,
         pgoff: u64,
-        elem: usize,
+        (size, elem): (u32, usize),
     ) -> io::Result<Ring> {
-        let len = off.desc as usize + RING as usize * elem;
+        let len = off.desc as usize + size as usize * elem;
         // SAFETY: a shared mapping of the ring the kernel created for `fd` at this offset,
         // of the length its reported layout gives; no existing memory is touched.
         let base = unsafe {
@@ -163,6 +170,7 @@ impl Ring {
             prod: at(off.producer).cast(),
             cons: at(off.consumer).cast(),
             desc: at(off.desc),
+            size,
         })
     }
 
@@ -179,7 +187,7 @@ impl Ring {
 
     /// Entry `i` (any index: taken modulo the ring) as a `T`.
     fn entry<T>(&self, i: u32) -> *mut T {
-        self.desc.cast::<T>().wrapping_add((i % RING) as usize)
+        self.desc.cast::<T>().wrapping_add((i % self.size) as usize)
     }
 }
 
@@ -201,6 +209,16 @@ pub(crate) struct XskStats {
     pub kicks: u64,
     /// Descriptors from the kernel that pointed outside the frame memory (never expected).
     pub bad_descriptors: u64,
+}
+
+/// Frames for the socket that the kernel dropped before they reached its receive ring.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct KernelDrops {
+    /// The receive ring was full: the application had not taken what was there.
+    pub ring_full: u64,
+    /// No free frame to copy one into (all with the application), or one longer than a
+    /// frame.
+    pub other: u64,
 }
 
 /// An AF_XDP socket on queue 0 of a device, its frame memory and rings, and the XDP program
@@ -297,13 +315,12 @@ impl Xsk {
             std::mem::size_of_val(&reg),
         )
         .map_err(|e| ctx("frame memory", e))?;
-        for opt in [
-            libc::XDP_UMEM_FILL_RING,
-            libc::XDP_UMEM_COMPLETION_RING,
-            libc::XDP_RX_RING,
-            libc::XDP_TX_RING,
+        for (opt, entries) in [
+            (libc::XDP_UMEM_FILL_RING, RX_RING),
+            (libc::XDP_UMEM_COMPLETION_RING, TX_RING),
+            (libc::XDP_RX_RING, RX_RING),
+            (libc::XDP_TX_RING, TX_RING),
         ] {
-            let entries: u32 = RING;
             set(opt, (&raw const entries).cast(), 4).map_err(|e| ctx("rings", e))?;
         }
         // SAFETY: all-zero bytes are a valid `xdp_mmap_offsets` (integers only).
@@ -323,14 +340,19 @@ impl Xsk {
             return Err(ctx("ring layout", io::Error::last_os_error()));
         }
         let s = sock.as_fd();
-        let rx = Ring::map(s, &off.rx, libc::XDP_PGOFF_RX_RING as u64, 16)
+        let rx = Ring::map(s, &off.rx, libc::XDP_PGOFF_RX_RING as u64, (RX_RING, 16))
             .map_err(|e| ctx("rings", e))?;
-        let tx = Ring::map(s, &off.tx, libc::XDP_PGOFF_TX_RING as u64, 16)
+        let tx = Ring::map(s, &off.tx, libc::XDP_PGOFF_TX_RING as u64, (TX_RING, 16))
             .map_err(|e| ctx("rings", e))?;
-        let fill = Ring::map(s, &off.fr, libc::XDP_UMEM_PGOFF_FILL_RING, 8)
+        let fill = Ring::map(s, &off.fr, libc::XDP_UMEM_PGOFF_FILL_RING, (RX_RING, 8))
             .map_err(|e| ctx("rings", e))?;
-        let comp = Ring::map(s, &off.cr, libc::XDP_UMEM_PGOFF_COMPLETION_RING, 8)
-            .map_err(|e| ctx("rings", e))?;
+        let comp = Ring::map(
+            s,
+            &off.cr,
+            libc::XDP_UMEM_PGOFF_COMPLETION_RING,
+            (TX_RING, 8),
+        )
+        .map_err(|e| ctx("rings", e))?;
         let addr = libc::sockaddr_xdp {
             sxdp_family: libc::AF_XDP as u16,
             sxdp_flags: libc::XDP_COPY | libc::XDP_USE_NEED_WAKEUP,
@@ -444,6 +466,31 @@ impl Xsk {
     /// Counters.
     pub(crate) fn stats(&self) -> XskStats {
         self.stats
+    }
+
+    /// What the kernel dropped on the way to the receive ring, from its counters
+    /// (XDP_STATISTICS; zeros if it does not say).
+    pub(crate) fn kernel_drops(&self) -> KernelDrops {
+        // SAFETY: all-zero bytes are a valid `xdp_statistics` (integers only).
+        let mut st: libc::xdp_statistics = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of_val(&st) as libc::socklen_t;
+        // SAFETY: `st` is writable and `len` its size; the kernel writes at most that.
+        let rc = unsafe {
+            libc::getsockopt(
+                self.sock.as_raw_fd(),
+                libc::SOL_XDP,
+                libc::XDP_STATISTICS,
+                (&raw mut st).cast(),
+                &mut len,
+            )
+        };
+        if rc < 0 || len as usize != std::mem::size_of_val(&st) {
+            return KernelDrops::default();
+        }
+        KernelDrops {
+            ring_full: st.rx_ring_full,
+            other: st.rx_dropped,
+        }
     }
 
     /// Bytes of frame memory.

@@ -208,8 +208,13 @@ fn xdp_line(xdp: Option<slipstream::rt::XdpStats>) -> String {
     xdp.map_or(String::new(), |x| {
         format!(
             "; AF_XDP: {} frames sent, {} received, {} datagrams through the kernel, {} \
-             frames malformed",
-            x.frames_sent, x.frames_received, x.kernel_sends, x.malformed
+             frames malformed, {} dropped by the kernel before the socket took them (no \
+             free frame or receive ring full: not taken in time)",
+            x.frames_sent,
+            x.frames_received,
+            x.kernel_sends,
+            x.malformed,
+            x.kernel_ring_full + x.kernel_dropped
         )
     })
 }
