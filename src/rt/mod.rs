@@ -73,7 +73,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 const FRAME_MTU: usize = crate::sys::xdp::FRAME - 14;
 
 /// The longest a blocking receive of [`RtSocket::poll`] waits before it looks at the
-/// reports due (the socket's SO_RCVTIMEO; with AF_XDP, the `epoll_wait` timeout).
+/// reports due (the socket's SO_RCVTIMEO; with AF_XDP, the `epoll_pwait2` timeout).
 pub const WAIT_SLICE: Duration = Duration::from_millis(4);
 /// The longest kernel tick (HZ = 100): how late a blocking receive's timeout may end.
 const KERNEL_TICK_MAX: Duration = Duration::from_millis(10);
@@ -406,7 +406,7 @@ impl RtSocket {
         let mut dp = Mmsg::bind(addr, true)?;
         dp.set_send_nowait(true);
         // Without slices every wait is a ppoll: slower, still correct. With AF_XDP every
-        // wait is an epoll_wait on both sockets, cut in slices the same way.
+        // wait is an epoll_pwait2 on both sockets, cut in slices the same way.
         if cfg.xdp_interface.is_none() {
             let _ = dp.enable_slices(WAIT_SLICE);
         }
@@ -578,7 +578,7 @@ impl RtSocket {
     /// of `ppoll(2)` (one system call a wake-up instead of two, no high-resolution timer:
     /// half a round trip of small messages as fast as plain `recvfrom`), a slice at a time,
     /// and a report that only tells of messages delivered may leave up to a slice late.
-    /// With AF_XDP it waits in `epoll_wait` on both sockets, a slice at a time too.
+    /// With AF_XDP it waits in `epoll_pwait2` on both sockets, a slice at a time too.
     pub fn poll(
         &mut self,
         timeout: Duration,
