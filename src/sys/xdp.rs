@@ -36,6 +36,7 @@ pub(crate) const TX_FRAMES: usize = 256;
 /// two, at least the frames that may be on them).
 const RX_RING: u32 = RX_FRAMES as u32;
 const TX_RING: u32 = TX_FRAMES as u32;
+const _: () = assert!(RX_RING.is_power_of_two() && TX_RING.is_power_of_two());
 
 /// The `bpf(2)` commands and constants used here (linux/bpf.h).
 const BPF_MAP_CREATE: libc::c_long = 0;
@@ -545,7 +546,7 @@ impl Xsk {
     /// Gives a receive frame back to the kernel (only `open` and `recv`: each frame once).
     fn release(&mut self, addr: u64) {
         let prod = self.fill.prod().load(Ordering::Relaxed);
-        // SAFETY: the fill ring has room for every receive frame (RING >= RX_FRAMES) and this
+        // SAFETY: the fill ring has room for every receive frame (RX_RING >= RX_FRAMES) and this
         // frame is not on it; the pointer is within the mapped ring.
         unsafe {
             self.fill
@@ -581,7 +582,7 @@ impl Xsk {
             len: len.min(FRAME) as u32,
             options: 0,
         };
-        // SAFETY: the send ring has room for every send frame (RING >= TX_FRAMES) and this
+        // SAFETY: the send ring has room for every send frame (TX_RING >= TX_FRAMES) and this
         // one is not on it; the pointer is within the mapped ring.
         unsafe { self.tx.entry::<libc::xdp_desc>(prod).write(d) };
         self.tx
